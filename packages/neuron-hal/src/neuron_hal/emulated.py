@@ -1,0 +1,241 @@
+"""Chip memory emulated in host RAM: the shared base of drivers with no hardware behind them.
+
+HBM is one anonymous mapping of the profile's capacity with MAP_NORESERVE, so 96 GiB of simulated
+HBM costs host memory only for the pages a program touches. ``NEURON_SIM_HBM_BYTES`` lowers the
+capacity (tests use it to reach out-of-memory quickly). Addresses are offsets into that mapping
+plus one alignment unit, so 0 is never valid.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .driver import DeviceInfo, Driver, ExecutionReport, MemoryStats
+from .errors import DeviceOutOfMemoryError, InvalidAddressError, InvalidDeviceError
+from .program import Program
+from .validate import validate
+
+ALIGN = 512  # allocation granularity: DMA descriptors favour 512-byte aligned buffers
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python < 3.13 lacks the name
+
+
+def hbm_capacity(default: int) -> int:
+    env = os.environ.get("NEURON_SIM_HBM_BYTES")
+    if not env:
+        return default
+    value = int(float(env))
+    if value <= 0:
+        raise ValueError(f"NEURON_SIM_HBM_BYTES={env!r} must be a positive byte count")
+    return min(value, default)
+
+
+class RangeAllocator:
+    """Best-fit allocator over [base, base + capacity) with coalescing of freed neighbours."""
+
+    def __init__(self, base: int, capacity: int, align: int = ALIGN):
+        self.base, self.capacity, self.align = base, capacity, align
+        self._free = {base: capacity}  # start -> size
+        self._live_starts: list[int] = []
+        self._live: dict[int, tuple[int, int]] = {}  # start -> (size, owner)
+        self.allocated = 0
+
+    def alloc(self, nbytes: int, owner: int = 0) -> int:
+        size = max(self.align, -(-nbytes // self.align) * self.align)
+        best = None
+        for start, free in self._free.items():
+            if free >= size and (best is None or free < self._free[best]):
+                best = start
+        if best is None:
+            raise DeviceOutOfMemoryError(nbytes, self.capacity - self.allocated, self.capacity, owner,
+                                         max(self._free.values(), default=0))
+        remaining = self._free.pop(best) - size
+        if remaining:
+            self._free[best + size] = remaining
+        self._live[best] = (size, owner)
+        bisect.insort(self._live_starts, best)
+        self.allocated += size
+        return best
+
+    def free(self, start: int) -> tuple[int, int]:
+        if start not in self._live:
+            raise InvalidAddressError(f"free of {start:#x}: not the start of a live device allocation")
+        size, owner = self._live.pop(start)
+        del self._live_starts[bisect.bisect_left(self._live_starts, start)]
+        self.allocated -= size
+        end = start + size
+        if end in self._free:
+            size += self._free.pop(end)
+        for s, sz in list(self._free.items()):
+            if s + sz == start:
+                start, size = s, sz + size
+                del self._free[s]
+                break
+        self._free[start] = size
+        return size, owner
+
+    def check(self, address: int, nbytes: int) -> None:
+        """Raise unless [address, address + nbytes) lies inside one live allocation."""
+        i = bisect.bisect_right(self._live_starts, address) - 1
+        if i >= 0:
+            start = self._live_starts[i]
+            if address + nbytes <= start + self._live[start][0]:
+                return
+        raise InvalidAddressError(
+            f"device range [{address:#x}, {address + nbytes:#x}) ({nbytes} bytes) is not inside a live allocation"
+        )
+
+    def largest_free(self) -> int:
+        return max(self._free.values(), default=0)
+
+
+@dataclass
+class Loaded:
+    program: Program
+    state: object = None  # what the driver prepared (e.g. encoded tables)
+
+
+class EmulatedDriver(Driver):
+    """Host-RAM HBM, an allocator, queues and validation; subclasses define how programs run."""
+
+    def __init__(self, profile):
+        super().__init__(profile)
+        self.capacity = hbm_capacity(profile.hbm_bytes)
+        self._map = mmap.mmap(-1, self.capacity + ALIGN, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+        self.hbm = np.frombuffer(self._map, dtype=np.uint8)
+        self.allocator = RangeAllocator(ALIGN, self.capacity)
+        self._lock = threading.RLock()
+        n = profile.cores_per_chip
+        self._allocated = [0] * n
+        self._peak = [0] * n
+        self._count = [0] * n
+        self._opened: set[int] = set()
+        self._queues: dict[tuple[int, int], float] = {}
+        self._core_busy = [0.0] * n
+        self._loaded: dict[str, Loaded] = {}
+
+    # -- devices ------------------------------------------------------------------------------
+    def devices(self) -> list[DeviceInfo]:
+        p = self.profile
+        return [DeviceInfo(i, f"{p.name} NeuronCore-v{p.nc_version} #{i} ({self.name})", self.name, p, self.capacity)
+                for i in range(p.cores_per_chip)]
+
+    def _device(self, device: int) -> int:
+        if not isinstance(device, int) or not 0 <= device < self.profile.cores_per_chip:
+            raise InvalidDeviceError(
+                f"neuron device {device!r} does not exist: a {self.profile.name} chip has "
+                f"{self.profile.cores_per_chip} cores (valid indices 0..{self.profile.cores_per_chip - 1})"
+            )
+        return device
+
+    def open(self, device: int) -> None:
+        self._opened.add(self._device(device))
+
+    # -- memory -------------------------------------------------------------------------------
+    def alloc(self, device: int, nbytes: int) -> int:
+        self._device(device)
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        with self._lock:
+            address = self.allocator.alloc(nbytes, device)
+            size = self.allocator._live[address][0]
+            self._allocated[device] += size
+            self._count[device] += 1
+            self._peak[device] = max(self._peak[device], self._allocated[device])
+        return address
+
+    def free(self, device: int, address: int) -> None:
+        with self._lock:
+            size, owner = self.allocator.free(address)
+            self._allocated[owner] -= size
+            self._count[owner] -= 1
+
+    def _view(self, address: int, nbytes: int) -> np.ndarray:
+        self.allocator.check(address, nbytes)
+        return self.hbm[address:address + nbytes]
+
+    def write(self, device: int, address: int, data) -> None:
+        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        self._view(address, src.nbytes)[:] = src
+
+    def read(self, device: int, address: int, out) -> None:
+        dst = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
+        dst[:] = self._view(address, dst.nbytes)
+
+    def copy(self, device: int, dst: int, src: int, nbytes: int, queue: int = 0) -> None:
+        self._view(dst, nbytes)[:] = self._view(src, nbytes)
+
+    def map(self, device: int, address: int, nbytes: int) -> memoryview:
+        return memoryview(self._view(address, nbytes))
+
+    def memory_stats(self, device: int) -> MemoryStats:
+        self._device(device)
+        return MemoryStats(self._allocated[device], self._peak[device], self._count[device],
+                           self.allocator.allocated, self.capacity, self.allocator.largest_free())
+
+    def reset_peak(self, device: int) -> None:
+        self._peak[self._device(device)] = self._allocated[device]
+
+    # -- programs -----------------------------------------------------------------------------
+    def load(self, device: int, program: Program) -> Loaded:
+        self._device(device)
+        loaded = self._loaded.get(program.digest)
+        if loaded is None:
+            validate(program, self.profile)
+            loaded = self._loaded[program.digest] = Loaded(program, self._prepare(program))
+        return loaded
+
+    def _prepare(self, program: Program):
+        return None
+
+    def execute(self, device: int, loaded: Loaded, args: Sequence[int], queue: int = 0,
+                trace: bool = False) -> ExecutionReport:
+        self._device(device)
+        program = loaded.program
+        addresses, scratch = self._bind(device, program, args)
+        try:
+            with self._lock:
+                start = max(self._queues.get((device, queue), 0.0), self._core_busy[device])
+                report = self._run(device, loaded, addresses, start, trace)
+                report.queue = queue
+                self._queues[(device, queue)] = self._core_busy[device] = report.end_ns
+        finally:
+            for a in scratch:
+                self.free(device, a)
+        return report
+
+    def _bind(self, device: int, program: Program, args: Sequence[int]) -> tuple[list[int], list[int]]:
+        given = [a for a in program.args if a.role != "scratch"]
+        if len(args) != len(given):
+            raise ValueError(f"program {program.name!r} takes {len(given)} tensors "
+                             f"({', '.join(a.name for a in given)}), got {len(args)} addresses")
+        it, addresses, scratch = iter(args), [], []
+        for arg in program.args:
+            if arg.role == "scratch":
+                scratch.append(self.alloc(device, arg.nbytes))
+                addresses.append(scratch[-1])
+            else:
+                address = int(next(it))
+                try:
+                    self.allocator.check(address, arg.nbytes)
+                except InvalidAddressError as e:
+                    raise InvalidAddressError(f"program {program.name!r} tensor {arg.name!r}: {e}") from None
+                addresses.append(address)
+        return addresses, scratch
+
+    def _run(self, device: int, loaded: Loaded, addresses: list[int], start_ns: float,
+             trace: bool) -> ExecutionReport:
+        raise NotImplementedError
+
+    def synchronize(self, device: int, queue: int | None = None) -> None:
+        self._device(device)  # emulated execution completes before execute() returns
+
+    def timeline(self, device: int, queue: int = 0) -> float:
+        self._device(device)
+        return self._queues.get((device, queue), 0.0)

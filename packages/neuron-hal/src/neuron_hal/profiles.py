@@ -1,0 +1,200 @@
+"""Device profiles: every hardware number the simulator and the kernels use, each with its source.
+
+Source tags refer to the reference sheet (shared/reference/trainium.md, section 0). ``[INFERRED]``
+marks a value derived by arithmetic or judgement, not stated by AWS; ``[CONFLICT]`` marks a value
+AWS pages disagree on (the alternative is named). ``profile.source(name)`` returns the tag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+def _f(source: str):
+    """A required profile field carrying its source tag."""
+    return field(metadata={"source": source})
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = _f("product name")
+    nc_version: int = _f("[NKI-ARCH-V2/V3/V4] NeuronCore generation")
+    cores_per_chip: int = _f("[ARCH-TRN1/2/3]")
+
+    # Engine clocks (GHz) and data paths (elements per cycle across all 128 partitions).
+    tensor_ghz: float = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+    vector_ghz: float = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+    scalar_ghz: float = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+    gpsimd_ghz: float = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+    vector_lanes_16bit: int = _f("[NKI-ARCH-V2/V3/V4] §2.1 VectorE width for BF16/FP16")
+    vector_lanes: int = _f("[NKI-ARCH-V2/V3/V4] §2.1 VectorE width for other dtypes")
+    scalar_lanes_16bit: int = _f("[NKI-ARCH-V2/V3/V4] §2.1 ScalarE width for BF16/FP16/FP8")
+    scalar_lanes: int = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+    gpsimd_lanes: int = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+
+    # PE array and tile limits.
+    pe_rows: int = _f("[NKI-ARCH-V2] 128x128 systolic array")
+    pe_cols: int = _f("[NKI-ARCH-V2] 128x128 systolic array")
+    pmax: int = _f("[NL-2.26] nl.tile_size.pmax")
+    gemm_stationary_fmax: int = _f("[NL-2.26] nl.tile_size.gemm_stationary_fmax")
+    gemm_moving_fmax: int = _f("[NL-2.26] nl.tile_size.gemm_moving_fmax")
+    psum_bank_fmax: int = _f("[NL-2.26] psum_fmax: one 2 KiB bank of FP32")
+    bn_stats_fmax: int = _f("[NL-2.26] nl.tile_size.bn_stats_fmax")
+    psum_bf16_output: bool = _f("[NKI-ARCH-V4] BF16 PSUM output only on NC-v4")
+    free_size_max: int = _f("[NKI-ARCH-V2] F access pattern sizes are uint16")
+    free_stride_max: int = _f("[NKI-ARCH-V2] F access pattern strides are int16")
+    free_dims_max: int = _f("[NKI-ARCH-V2] F access pattern up to 4-D")
+    vector_fmax_psum: int = _f("[NKI-ARCH-V2] VectorE free-dim limit reading PSUM: 4K elements")
+
+    # On-chip memories.
+    sbuf_partitions: int = _f("[NKI-ARCH-V2/V3/V4] §2.2")
+    sbuf_partition_bytes: int = _f("[NKI-ARCH-V2/V3/V4] §2.2")
+    psum_partition_bytes: int = _f("[NKI-ARCH-V2/V3/V4] §2.2 16 KiB per partition")
+    psum_banks: int = _f("[NKI-ARCH-V2] 8 banks per partition")
+
+    # Instruction cost constants (engine cycles).
+    min_ii: int = _f("[ISA-2.26] MIN_II; NC-v3/v4 [INFERRED] same as NC-v2")
+    min_ii_dynamic: int = _f("[ISA-2.26] MIN_II_DYNAMIC")
+    gpsimd_start: int = _f("[ISA-2.26] GPSIMD_START")
+    mm_init_latency: int = _f("[NKI-ARCH-V2] MM_INIT_LATENCY; NC-v3/v4 [INFERRED] same")
+    matmul_fp32_factor: int = _f("[ISA-2.26] FP32 matmul costs 4x")
+    fast_load_stationary_factor: int = _f("[NKI-ARCH-V2][PERF] LoadStationary up to 4x faster than MM")
+    dependent_issue_cycles: int = _f("[PERF] dependent tiny ScalarE instructions issue every 264 cycles (NC-v2)")
+    act_read_accumulator_cycles: int = _f("[NKI-ARCH-V2] ActReadAccumulator ~64 ScalarE cycles")
+    stride_penalty_bytes: int = _f("[NKI-ARCH-V2] innermost stride >= 16 B halves SBUF bandwidth")
+    vector_reciprocal_factor: int = _f("[ISA-NOW] Vector reciprocal costs 8N")
+    vector_perf_copy_factor: int = _f("[NKI-ARCH-V3] VectorE perf mode: 4x copy/tensor_scalar BF16 SBUF contiguous (1 = none)")
+    vector_perf_copy_partial_factor: int = _f("[NKI-ARCH-V3] 2x when not contiguous or one side PSUM (1 = none)")
+    scalar_perf_factor: int = _f("[NKI-ARCH-V4] ScalarE 2x BF16 tensor_scalar/copy (1 = none)")
+
+    # DMA.
+    dma_engines: int = _f("[NKI-ARCH-V2/V3][DMA-BW] 16 DMA engines per NeuronCore")
+    dma_queues: int = _f("[DMA-OV] 16 queues per DMA engine")
+    dma_engine_bytes_per_ns: float = _f("[DMA-BW][DMA-OV] sustained bandwidth per DMA engine")
+    dma_engine_peak_bytes_per_ns: float = _f("[DMA-OV][NKI-ARCH-V2] theoretical bandwidth per DMA engine")
+    dma_fixed_ns: float = _f("[DMA-BW] semaphore-to-start ~1,300 ns per transfer")
+    dma_issue_ns: float = _f("[NKI-ARCH-V3] HW DGE ~600 ns per DMA instruction; Trn1 [INFERRED] same")
+    dma_dge_units: int = _f("[NKI-ARCH-V3] 2 hardware DGEs per NeuronCore generate DMA descriptors; Trn1 [INFERRED] same")
+    dma_partitions_per_engine: int = _f("[NKI-ARCH-V2][DMA-OV] 16 engines x 8 partitions cover 128")
+
+    # HBM.
+    hbm_bytes: int = _f("[ARCH-TRN1/2/3] HBM per chip")
+    hbm_gbps: float = _f("[ARCH-TRN1/2/3] HBM bandwidth per chip, GB/s")
+
+    # Throughput claims used as roofline references.
+    tensor_bf16_tflops: float = _f("[NKI-ARCH-V2/V3/V4] per-NC claim; model = 128x128x2xclock")
+
+    # Chip-to-chip.
+    neuronlink_links: int = _f("[NKI-ARCH-V2/V3] 4 links per chip")
+    neuronlink_gbps: float = _f("[ARCH-TRN2][ARCH-TRN3] NeuronLink bandwidth per chip, GB/s")
+    cc_cores: int = _f("[ARCH-TRN2] CC-Cores per chip")
+    cc_hop_ns: float = _f("[CC] per-hop latency 1-2 us")
+
+    # ---- derived figures ------------------------------------------------------------------
+    @property
+    def hbm_gbps_per_core(self) -> float:
+        """[INFERRED] chip HBM bandwidth split evenly over its cores."""
+        return self.hbm_gbps / self.cores_per_chip
+
+    @property
+    def dma_bytes_per_ns(self) -> float:
+        """Sustained DMA bandwidth of one core: its engines, capped by its share of HBM."""
+        return min(self.dma_engines * self.dma_engine_bytes_per_ns, self.hbm_gbps_per_core)
+
+    @property
+    def sbuf_bytes(self) -> int:
+        return self.sbuf_partitions * self.sbuf_partition_bytes
+
+    @property
+    def psum_bank_bytes(self) -> int:
+        return self.psum_partition_bytes // self.psum_banks
+
+    @property
+    def tensor_peak_flops(self) -> float:
+        """BF16 FLOP/s of one core's PE array: rows x cols x 2 FLOP x clock (§1.1 consistency check)."""
+        return self.pe_rows * self.pe_cols * 2 * self.tensor_ghz * 1e9
+
+    def clock_ghz(self, engine: str) -> float:
+        return getattr(self, f"{engine}_ghz")
+
+    def source(self, name: str) -> str:
+        for f in dataclasses.fields(self):
+            if f.name == name:
+                return f.metadata["source"]
+        raise KeyError(f"profile has no parameter {name!r}")
+
+    def replace(self, **changes) -> "Profile":
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> list[tuple[str, object, str]]:
+        """(name, value, source) for every parameter."""
+        return [(f.name, getattr(self, f.name), f.metadata["source"]) for f in dataclasses.fields(self)]
+
+
+_COMMON = dict(
+    pe_rows=128, pe_cols=128, pmax=128, gemm_stationary_fmax=128, gemm_moving_fmax=512,
+    psum_bank_fmax=512, bn_stats_fmax=512, free_size_max=65535, free_stride_max=32767, free_dims_max=4,
+    vector_fmax_psum=4096, sbuf_partitions=128, psum_partition_bytes=16 * KiB, psum_banks=8,
+    min_ii=64, min_ii_dynamic=600, gpsimd_start=150, mm_init_latency=64, matmul_fp32_factor=4,
+    fast_load_stationary_factor=4, dependent_issue_cycles=264, act_read_accumulator_cycles=64,
+    stride_penalty_bytes=16, vector_reciprocal_factor=8, dma_dge_units=2,
+    dma_engines=16, dma_queues=16, dma_fixed_ns=1300.0, dma_issue_ns=600.0, dma_partitions_per_engine=8,
+    neuronlink_links=4, cc_hop_ns=1500.0,
+)
+
+TRN1 = Profile(
+    name="trn1", nc_version=2, cores_per_chip=2,
+    tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,
+    vector_lanes_16bit=128, vector_lanes=128, scalar_lanes_16bit=128, scalar_lanes=128, gpsimd_lanes=128,
+    psum_bf16_output=False, sbuf_partition_bytes=192 * KiB,
+    vector_perf_copy_factor=1, vector_perf_copy_partial_factor=1, scalar_perf_factor=1,
+    dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
+    hbm_bytes=32 * GiB, hbm_gbps=820.0, tensor_bf16_tflops=92.0,
+    neuronlink_gbps=384.0, cc_cores=6, **_COMMON,
+)
+
+TRN2 = Profile(
+    name="trn2", nc_version=3, cores_per_chip=8,
+    tensor_ghz=2.4, vector_ghz=0.96, scalar_ghz=1.2, gpsimd_ghz=1.2,
+    vector_lanes_16bit=512, vector_lanes=256, scalar_lanes_16bit=128, scalar_lanes=128, gpsimd_lanes=128,
+    psum_bf16_output=False, sbuf_partition_bytes=224 * KiB,
+    vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=1,
+    dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
+    # [CONFLICT] 2.9 TB/s [ARCH-TRN2] vs 3 TB/s in the NKI trn2 guide; the architecture page is used.
+    hbm_bytes=96 * GiB, hbm_gbps=2900.0, tensor_bf16_tflops=79.0,
+    # [CONFLICT] CC-Cores: 16 [ARCH-TRN2] vs 20 [NKI-ARCH-V3].
+    neuronlink_gbps=1280.0, cc_cores=16, **_COMMON,
+)
+
+TRN3 = Profile(
+    name="trn3", nc_version=4, cores_per_chip=8,
+    tensor_ghz=2.4, vector_ghz=1.2, scalar_ghz=1.2, gpsimd_ghz=1.2,
+    vector_lanes_16bit=512, vector_lanes=256, scalar_lanes_16bit=256, scalar_lanes=128, gpsimd_lanes=128,
+    psum_bf16_output=True, sbuf_partition_bytes=256 * KiB,
+    vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=2,
+    dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
+    # [CONFLICT] 4.9 TB/s [ARCH-TRN3] vs 4.7 TB/s [NKI-ARCH-V4]; the architecture page is used.
+    hbm_bytes=144 * GiB, hbm_gbps=4900.0, tensor_bf16_tflops=79.0,
+    neuronlink_gbps=2560.0, cc_cores=16, **_COMMON,
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (TRN1, TRN2, TRN3)}
+DEFAULT_PROFILE = "trn2"
+
+
+def get_profile(name: str | None = None) -> Profile:
+    """The profile named, else ``$NEURON_DEVICE_PROFILE``, else trn2."""
+    name = name or os.environ.get("NEURON_DEVICE_PROFILE") or DEFAULT_PROFILE
+    try:
+        return PROFILES[name.lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown device profile {name!r}; known profiles: {', '.join(sorted(PROFILES))} "
+            "(set NEURON_DEVICE_PROFILE to one of them)"
+        ) from None

@@ -1,0 +1,136 @@
+"""A Program: instructions plus the HBM tensors they address. Plain data: JSON, hashable, printable."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, fields
+
+from . import isa
+from .dtypes import DType
+
+ROLES = ("in", "out", "inout", "scratch")
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """An HBM tensor a program addresses by index. ``scratch`` tensors are allocated by the driver."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    role: str = "in"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "dtype", DType.of(self.dtype))
+        if self.role not in ROLES:
+            raise ValueError(f"tensor {self.name!r}: role {self.role!r} is not one of {ROLES}")
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    name: str
+    args: tuple[TensorArg, ...]
+    instructions: tuple[isa.Instruction, ...]
+    meta: dict = field(default_factory=dict)  # free-form, e.g. the kernel and its tunables; not hashed
+
+    def __post_init__(self):
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "instructions", tuple(self.instructions))
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """sha256 of the canonical JSON of name, args and instructions."""
+        return hashlib.sha256(self.to_json(with_meta=False).encode()).hexdigest()
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Program) and self.digest == other.digest
+
+    def arg_index(self, name: str) -> int:
+        for i, a in enumerate(self.args):
+            if a.name == name:
+                return i
+        raise KeyError(f"program {self.name!r} has no tensor {name!r}")
+
+    # -- listing ------------------------------------------------------------------------------
+    def __str__(self) -> str:
+        head = [f"program {self.name} ({len(self.instructions)} instructions)"]
+        head += [f"  %{i} {a.name}: {a.role} {a.dtype}{list(a.shape)}" for i, a in enumerate(self.args)]
+        width = len(str(max(len(self.instructions) - 1, 0)))
+        body = [f"  {i:>{width}}  {ins}" for i, ins in enumerate(self.instructions)]
+        return "\n".join(head + body)
+
+    def listing_line(self, index: int) -> str:
+        return f"{index}: {self.instructions[index]}"
+
+    # -- serialization ------------------------------------------------------------------------
+    def to_dict(self, with_meta: bool = True) -> dict:
+        d = {
+            "name": self.name,
+            "args": [[a.name, list(a.shape), str(a.dtype), a.role] for a in self.args],
+            "instructions": [_encode_instruction(i) for i in self.instructions],
+        }
+        if with_meta:
+            d["meta"] = self.meta
+        return d
+
+    def to_json(self, with_meta: bool = True) -> str:
+        return json.dumps(self.to_dict(with_meta), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Program":
+        args = tuple(TensorArg(n, tuple(s), DType.of(t), r) for n, s, t, r in d["args"])
+        return cls(d["name"], args, tuple(_decode_instruction(i) for i in d["instructions"]), d.get("meta", {}))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Program":
+        return cls.from_dict(json.loads(text))
+
+
+_ENUMS = {e.__name__: e for e in (isa.Space, isa.Engine, isa.Act, isa.Alu, DType)}
+
+
+def _encode(v):
+    if isinstance(v, isa.AP):
+        return {"ap": [v.space.value, str(v.dtype), v.partitions, [list(f) for f in v.free],
+                       v.start_partition, v.offset, v.partition_stride, v.tensor]}
+    if isinstance(v, enum.Enum):
+        return {"e": type(v).__name__, "v": v.name}
+    if isinstance(v, tuple):
+        return {"t": [_encode(x) for x in v]}
+    return v
+
+
+def _decode(v):
+    if isinstance(v, dict):
+        if "ap" in v:
+            sp, dt, p, free, start, off, pstride, tensor = v["ap"]
+            return isa.AP(isa.Space(sp), DType.of(dt), p, tuple(tuple(f) for f in free), start, off, pstride, tensor)
+        if "e" in v:
+            return _ENUMS[v["e"]][v["v"]]
+        if "t" in v:
+            return tuple(_decode(x) for x in v["t"])
+    return v
+
+
+def _encode_instruction(ins: isa.Instruction) -> dict:
+    return {"op": ins.opcode, **{f.name: _encode(getattr(ins, f.name)) for f in fields(ins)}}
+
+
+def _decode_instruction(d: dict) -> isa.Instruction:
+    cls = isa.OPCODES[d["op"]]
+    return cls(**{k: _decode(v) for k, v in d.items() if k != "op"})
