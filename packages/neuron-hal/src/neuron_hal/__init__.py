@@ -8,8 +8,14 @@ the rules (:mod:`.validate`), the driver interface (:mod:`.driver`) and the driv
 from . import isa
 from .driver import DeviceInfo, Driver, ExecutionReport, MemoryStats
 from .dtypes import DType
-from .errors import (DeviceOutOfMemoryError, DriverNotFoundError, InvalidAddressError, InvalidDeviceError,
-                     NeuronError, ProgramError)
+from .errors import (
+                     DeviceOutOfMemoryError,
+                     DriverNotFoundError,
+                     InvalidAddressError,
+                     InvalidDeviceError,
+                     NeuronError,
+                     ProgramError,
+)
 from .isa import AP, Act, Alu, Engine, Space
 from .profiles import PROFILES, TRN1, TRN2, TRN3, Profile, get_profile
 from .program import Program, TensorArg

@@ -9,8 +9,10 @@ to a queue so far completes. Streams, events and profiler ranges above the HAL d
 from __future__ import annotations
 
 import abc
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from .profiles import Profile
 from .program import Program
@@ -53,7 +55,7 @@ class ExecutionReport:
     engine_instructions: dict[str, int] = field(default_factory=dict)
     clocks_ghz: dict[str, float] = field(default_factory=dict)
     dma_bytes: int = 0
-    trace: list | None = None  # Chrome/Perfetto trace events, when asked for
+    trace: dict | None = None  # Chrome/Perfetto trace JSON object, when asked for
 
     @property
     def device_ns(self) -> float:
@@ -66,6 +68,14 @@ class ExecutionReport:
         """Busy fraction of each engine over the execution."""
         span = self.device_ns or 1.0
         return {e: min(1.0, busy / span) for e, busy in self.engine_busy_ns.items()}
+
+    def save_trace(self, path) -> str:
+        """Write the trace as Chrome/Perfetto JSON (open in ui.perfetto.dev or chrome://tracing)."""
+        if self.trace is None:
+            raise ValueError(f"no trace recorded for {self.program!r}: execute with trace=True")
+        with open(path, "w") as f:
+            json.dump(self.trace, f)
+        return str(path)
 
     def summary(self) -> str:
         util = ", ".join(f"{e} {u:.0%}" for e, u in self.utilization().items())

@@ -56,7 +56,7 @@ class DType(enum.Enum):
         return self.value[0]
 
     @classmethod
-    def of(cls, x: "DType | str | np.dtype | type") -> "DType":
+    def of(cls, x: DType | str | np.dtype | type) -> DType:
         """Accept a DType, its name, or a numpy dtype (including ml_dtypes' bfloat16/fp8)."""
         if isinstance(x, DType):
             return x

@@ -12,8 +12,8 @@ import bisect
 import mmap
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

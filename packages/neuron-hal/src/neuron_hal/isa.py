@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, fields, replace
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from .dtypes import DType
 
@@ -118,16 +118,16 @@ class AP:
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
-    def sbuf(cls, dtype, partitions: int, shape=(), *, offset: int = 0, start: int = 0, space=Space.SBUF) -> "AP":
+    def sbuf(cls, dtype, partitions: int, shape=(), *, offset: int = 0, start: int = 0, space=Space.SBUF) -> AP:
         """A contiguous row-major tile: ``partitions`` x ``shape`` starting at byte ``offset``."""
         return cls(space, DType.of(dtype), partitions, _row_major(shape), start, offset)
 
     @classmethod
-    def psum(cls, dtype, partitions: int, shape=(), *, offset: int = 0, start: int = 0) -> "AP":
+    def psum(cls, dtype, partitions: int, shape=(), *, offset: int = 0, start: int = 0) -> AP:
         return cls.sbuf(dtype, partitions, shape, offset=offset, start=start, space=Space.PSUM)
 
     @classmethod
-    def hbm(cls, tensor: int, dtype, shape, *, offset: int = 0, row_stride: int | None = None) -> "AP":
+    def hbm(cls, tensor: int, dtype, shape, *, offset: int = 0, row_stride: int | None = None) -> AP:
         """Rows of a row-major HBM tensor: ``shape[0]`` rows of ``shape[1:]`` elements."""
         rows, inner = shape[0], tuple(shape[1:])
         free = _row_major(inner)
@@ -186,7 +186,7 @@ class AP:
     def contiguous_inner(self) -> bool:
         return not self.free or self.free[-1][1] == 1 or self.free[-1][0] == 1
 
-    def with_dtype(self, dtype) -> "AP":
+    def with_dtype(self, dtype) -> AP:
         return replace(self, dtype=DType.of(dtype))
 
     def __str__(self) -> str:
@@ -207,7 +207,7 @@ def _row_major(shape) -> tuple[tuple[int, int], ...]:
     return tuple(zip(shape, reversed(strides)))
 
 
-Operand = Union[AP, float]
+Operand = AP | float
 
 
 class Instruction:

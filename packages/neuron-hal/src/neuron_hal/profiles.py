@@ -69,7 +69,8 @@ class Profile:
     act_read_accumulator_cycles: int = _f("[NKI-ARCH-V2] ActReadAccumulator ~64 ScalarE cycles")
     stride_penalty_bytes: int = _f("[NKI-ARCH-V2] innermost stride >= 16 B halves SBUF bandwidth")
     vector_reciprocal_factor: int = _f("[ISA-NOW] Vector reciprocal costs 8N")
-    vector_perf_copy_factor: int = _f("[NKI-ARCH-V3] VectorE perf mode: 4x copy/tensor_scalar BF16 SBUF contiguous (1 = none)")
+    vector_perf_copy_factor: int = _f(
+        "[NKI-ARCH-V3] VectorE perf mode: 4x copy/tensor_scalar BF16 SBUF contiguous (1 = none)")
     vector_perf_copy_partial_factor: int = _f("[NKI-ARCH-V3] 2x when not contiguous or one side PSUM (1 = none)")
     scalar_perf_factor: int = _f("[NKI-ARCH-V4] ScalarE 2x BF16 tensor_scalar/copy (1 = none)")
 
@@ -80,7 +81,8 @@ class Profile:
     dma_engine_peak_bytes_per_ns: float = _f("[DMA-OV][NKI-ARCH-V2] theoretical bandwidth per DMA engine")
     dma_fixed_ns: float = _f("[DMA-BW] semaphore-to-start ~1,300 ns per transfer")
     dma_issue_ns: float = _f("[NKI-ARCH-V3] HW DGE ~600 ns per DMA instruction; Trn1 [INFERRED] same")
-    dma_dge_units: int = _f("[NKI-ARCH-V3] 2 hardware DGEs per NeuronCore generate DMA descriptors; Trn1 [INFERRED] same")
+    dma_dge_units: int = _f(
+        "[NKI-ARCH-V3] 2 hardware DGEs per NeuronCore generate DMA descriptors; Trn1 [INFERRED] same")
     dma_partitions_per_engine: int = _f("[NKI-ARCH-V2][DMA-OV] 16 engines x 8 partitions cover 128")
 
     # HBM.
@@ -129,7 +131,7 @@ class Profile:
                 return f.metadata["source"]
         raise KeyError(f"profile has no parameter {name!r}")
 
-    def replace(self, **changes) -> "Profile":
+    def replace(self, **changes) -> Profile:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> list[tuple[str, object, str]]:

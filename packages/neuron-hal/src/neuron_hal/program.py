@@ -92,12 +92,12 @@ class Program:
         return json.dumps(self.to_dict(with_meta), separators=(",", ":"), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Program":
+    def from_dict(cls, d: dict) -> Program:
         args = tuple(TensorArg(n, tuple(s), DType.of(t), r) for n, s, t, r in d["args"])
         return cls(d["name"], args, tuple(_decode_instruction(i) for i in d["instructions"]), d.get("meta", {}))
 
     @classmethod
-    def from_json(cls, text: str) -> "Program":
+    def from_json(cls, text: str) -> Program:
         return cls.from_dict(json.loads(text))
 
 
@@ -128,9 +128,9 @@ def _decode(v):
 
 
 def _encode_instruction(ins: isa.Instruction) -> dict:
-    return {"op": ins.opcode, **{f.name: _encode(getattr(ins, f.name)) for f in fields(ins)}}
+    return {"opcode": ins.opcode, **{f.name: _encode(getattr(ins, f.name)) for f in fields(ins)}}
 
 
 def _decode_instruction(d: dict) -> isa.Instruction:
-    cls = isa.OPCODES[d["op"]]
-    return cls(**{k: _decode(v) for k, v in d.items() if k != "op"})
+    cls = isa.OPCODES[d["opcode"]]
+    return cls(**{k: _decode(v) for k, v in d.items() if k != "opcode"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from importlib.metadata import entry_points
 
 from .driver import Driver
@@ -14,34 +15,42 @@ GROUP = "neuron_hal.drivers"
 
 
 @functools.cache
-def driver_classes() -> dict[str, type[Driver]]:
-    """Every installed driver class by name."""
-    found = {}
-    for ep in entry_points(group=GROUP):
-        found[ep.name] = ep.load()
-    return found
+def _entry_points() -> dict:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
 def driver_names() -> list[str]:
-    return sorted(driver_classes())
+    """Names of every installed driver (nothing is imported)."""
+    return sorted(_entry_points())
+
+
+@functools.cache
+def load_driver_class(name: str) -> type[Driver]:
+    eps = _entry_points()
+    if name not in eps:
+        raise DriverNotFoundError(
+            f"no neuron HAL driver {name!r}; installed: {', '.join(sorted(eps)) or 'none'} "
+            f"(entry-point group {GROUP!r})"
+        )
+    return eps[name].load()
 
 
 def select_driver_class(name: str | None = None) -> type[Driver]:
     """The driver named, else ``$NEURON_HAL_DRIVER``, else the highest-priority one that finds devices."""
-    classes = driver_classes()
     name = name or os.environ.get("NEURON_HAL_DRIVER")
     if name:
-        if name not in classes:
-            raise DriverNotFoundError(
-                f"no neuron HAL driver {name!r}; installed: {', '.join(sorted(classes)) or 'none'} "
-                f"(entry-point group {GROUP!r})"
-            )
-        return classes[name]
-    for cls in sorted(classes.values(), key=lambda c: -c.priority):
+        return load_driver_class(name)
+    candidates = []
+    for n in driver_names():
+        try:
+            candidates.append(load_driver_class(n))
+        except Exception as e:  # one broken driver must not hide the others, but it is reported
+            warnings.warn(f"neuron HAL driver {n!r} failed to load: {e!r}", RuntimeWarning, stacklevel=2)
+    for cls in sorted(candidates, key=lambda c: -c.priority):
         if cls.priority >= 0 and cls.available():
             return cls
     raise DriverNotFoundError(
-        f"no neuron HAL driver finds devices; installed: {', '.join(sorted(classes)) or 'none'}. "
+        f"no neuron HAL driver finds devices; installed: {', '.join(driver_names()) or 'none'}. "
         "Install neuron-sim for simulated devices, or set NEURON_HAL_DRIVER."
     )
 

@@ -140,7 +140,8 @@ def _matmul(ins: isa.Matmul, profile: Profile) -> None:
     _require(dst.dtype in out_ok, "matmul output dtype",
              f"PSUM output is {dst.dtype}; {profile.name} writes {', '.join(sorted(map(str, out_ok)))}")
     _require(st.partitions == mv.partitions and st.start_partition == mv.start_partition, "contraction",
-             f"stationary K={st.partitions}@{st.start_partition} and moving K={mv.partitions}@{mv.start_partition} differ")
+             f"stationary K={st.partitions}@{st.start_partition} and "
+             f"moving K={mv.partitions}@{mv.start_partition} differ")
     _require(st.free_size <= profile.gemm_stationary_fmax, "stationary free size",
              f"stationary has {st.free_size} columns > {profile.gemm_stationary_fmax}")
     _require(mv.free_size <= profile.gemm_moving_fmax, "moving free size",

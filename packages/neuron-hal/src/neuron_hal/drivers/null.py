@@ -17,4 +17,4 @@ class NullDriver(EmulatedDriver):
     def _run(self, device, loaded, addresses, start_ns, trace):
         program = loaded.program
         return ExecutionReport(program.name, device, 0, start_ns, start_ns, len(program.instructions),
-                               trace=[] if trace else None)
+                               trace={"traceEvents": []} if trace else None)

@@ -1,0 +1,86 @@
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from neuron_hal import AP, Act, Alu, DType, Engine, Program, Space, TensorArg, isa
+
+
+def sample_program() -> Program:
+    a = AP.sbuf("bfloat16", 128, (512,))
+    s = AP.sbuf("float32", 128, (1,), offset=4096)
+    r = AP.sbuf("float32", 128, (1,), offset=4160)
+    return Program("sample", [TensorArg("x", (128, 512), "bfloat16"), TensorArg("y", (128, 512), "float32", "out")], [
+        isa.DmaCopy(a, AP.hbm(0, "bfloat16", (128, 512)), queue=3),
+        isa.Activation(a, a, Act.gelu, scale=0.5, bias=s, reduce_dst=r),
+        isa.TensorScalar(a, a, Alu.multiply, 2.0, op1=Alu.add, operand1=s, reverse1=True),
+        isa.TensorReduce(s, a, Alu.max, (0,), negate=True),
+        isa.Iota(AP.sbuf("int32", 128, (4, 8)), (8, 1), offset=3, channel_multiplier=32),
+        isa.DmaCopy(AP.hbm(1, "float32", (128, 512)), a.with_dtype("float32"), queue=1),
+    ])
+
+
+def test_json_round_trip_and_hash():
+    p = sample_program()
+    q = Program.from_json(p.to_json())
+    assert q == p and hash(q) == hash(p) and q.instructions == p.instructions
+    assert json.loads(p.to_json())["instructions"][0]["opcode"] == "dma_copy"
+
+
+def test_digest_changes_with_any_field():
+    p = sample_program()
+    ins = list(p.instructions)
+    ins[2] = isa.TensorScalar(ins[2].dst, ins[2].src, Alu.multiply, 3.0)
+    assert Program(p.name, p.args, ins).digest != p.digest
+
+
+def test_listing_is_readable():
+    text = str(sample_program())
+    assert "program sample (6 instructions)" in text
+    assert "%0 x: in bfloat16[128, 512]" in text
+    assert "scalar activation" in text and "func=gelu" in text
+    assert "hbm%0+0x0 [128:512]{512:1} bfloat16" in text
+
+
+def test_reads_and_writes():
+    ins = sample_program().instructions[1]
+    assert ins.writes() == (ins.dst, ins.reduce_dst)
+    assert ins.src in ins.reads() and ins.bias in ins.reads() and ins.reduce_dst not in ins.reads()
+    mm = isa.Matmul(AP.psum("float32", 128, (512,)), AP.sbuf("bfloat16", 128, (128,)),
+                    AP.sbuf("bfloat16", 128, (512,)), accumulate=True)
+    assert mm.dst in mm.reads()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=0, max_size=4), st.sampled_from(list(DType)))
+def test_row_major_ap(shape, dtype):
+    ap = AP.sbuf(dtype, 7, shape, offset=64)
+    assert ap.shape == (7, *shape)
+    assert ap.free_size == int(np.prod(shape))
+    lo, hi = ap.byte_range()
+    assert (lo, hi) == (64, 64 + ap.free_size * dtype.itemsize)
+
+
+def test_hbm_byte_range_covers_rows():
+    ap = AP.hbm(0, "float32", (4, 8), row_stride=100, offset=16)
+    assert ap.byte_range() == (16, 16 + (3 * 100 + 8) * 4)
+    neg = AP(Space.SBUF, DType.float32, 1, ((4, -1),), offset=64)
+    assert neg.byte_range() == (64 - 12, 68)
+
+
+def test_dtype_lookup():
+    assert DType.of("bfloat16") is DType.bfloat16
+    assert DType.of(ml_dtypes.float8_e5m2) is DType.float8_e5m2
+    assert DType.of(np.int32) is DType.int32
+    with pytest.raises(TypeError, match="unsupported device dtype.*float64"):
+        DType.of(np.float64)
+
+
+def test_every_opcode_is_registered_with_engines():
+    assert set(isa.OPCODES) >= {"nc_matmul", "nc_transpose", "activation", "tensor_tensor", "tensor_scalar",
+                                "tensor_reduce", "tensor_copy", "memset", "iota", "affine_select", "select",
+                                "partition_reduce", "partition_broadcast", "dma_copy", "dma_gather", "dma_scatter"}
+    for cls in isa.OPCODES.values():
+        assert cls.engines and all(isinstance(e, Engine) for e in cls.engines)

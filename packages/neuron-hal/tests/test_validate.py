@@ -1,0 +1,124 @@
+"""Every static rule raises ProgramError naming the instruction, the rule and the values."""
+
+import pytest
+from neuron_hal import AP, TRN2, TRN3, Act, Alu, DType, Engine, Program, ProgramError, Space, TensorArg, isa, validate
+
+ARGS = [TensorArg("x", (256, 512), "float32"), TensorArg("ids", (128,), "int32")]
+SB = AP.sbuf("float32", 128, (512,))
+SB16 = AP.sbuf("bfloat16", 128, (512,))
+PS = AP.psum("float32", 128, (512,))
+
+
+def check(*instructions, profile=TRN2):
+    validate(Program("p", ARGS, instructions), profile)
+
+
+def broken(rule, *instructions, match=None, profile=TRN2):
+    with pytest.raises(ProgramError) as info:
+        check(*instructions, profile=profile)
+    err = info.value
+    assert err.rule == rule, str(err)
+    assert f"instruction {len(instructions) - 1}" in str(err) and "program 'p'" in str(err)
+    if match:
+        assert match in str(err), str(err)
+    return err
+
+
+def test_a_valid_program_passes():
+    check(
+        isa.DmaCopy(SB, AP.hbm(0, "float32", (128, 512))),
+        isa.Matmul(PS, AP.sbuf("bfloat16", 128, (128,)), SB16),
+        isa.Activation(SB, PS, Act.exp),
+        isa.DmaCopy(AP.hbm(0, "float32", (128, 512), offset=128 * 512 * 4), SB, queue=15),
+    )
+
+
+def test_partition_limit():
+    err = broken("partition limit", isa.TensorCopy(AP.sbuf("float32", 129, (4,)), AP.sbuf("float32", 129, (4,))))
+    assert "129 partitions, limit 128" in str(err)
+
+
+@pytest.mark.parametrize("parts,start,ok", [(128, 0, True), (65, 32, False), (64, 64, True), (64, 32, False),
+                                            (32, 96, True), (32, 16, False), (1, 3, False)])
+def test_start_partition_rule(parts, start, ok):
+    ins = isa.Memset(AP.sbuf("float32", parts, (4,), start=start), 0.0)
+    if ok:
+        check(ins)
+    else:
+        broken("start partition", ins, match="must start at one of")
+
+
+def test_dma_may_start_anywhere():
+    check(isa.DmaCopy(AP.sbuf("float32", 1, (4,), start=3), AP.hbm(0, "float32", (1, 4))))
+
+
+def test_partition_range():
+    broken("partition range", isa.DmaCopy(AP.sbuf("float32", 8, (4,), start=124), AP.hbm(0, "float32", (8, 4))))
+
+
+def test_moving_and_stationary_limits():
+    broken("moving free size", isa.Matmul(AP.psum("float32", 128, (513,)), AP.sbuf("bfloat16", 128, (128,)),
+                                          AP.sbuf("bfloat16", 128, (513,))), match="513 columns > 512")
+    broken("stationary free size", isa.Matmul(AP.psum("float32", 128, (512,)), AP.sbuf("bfloat16", 128, (129,)),
+                                              SB16), match="129 columns > 128")
+
+
+def test_psum_bank_overflow():
+    dst = AP.psum("float32", 128, (256,), offset=1024)  # bytes 1024..2048: fits bank 0
+    check(isa.Matmul(dst, AP.sbuf("bfloat16", 128, (128,)), AP.sbuf("bfloat16", 128, (256,))))
+    dst = AP.psum("float32", 128, (256,), offset=1536)
+    broken("psum bank", isa.Matmul(dst, AP.sbuf("bfloat16", 128, (128,)), AP.sbuf("bfloat16", 128, (256,))),
+           match="cross a 2048-byte PSUM bank")
+
+
+def test_matmul_operand_rules():
+    st16 = AP.sbuf("bfloat16", 128, (128,))
+    broken("tensor engine writes PSUM", isa.Matmul(AP.sbuf("float32", 128, (512,)), st16, SB16))
+    broken("matmul dtype", isa.Matmul(PS, AP.sbuf("int8", 128, (128,)), SB16))
+    broken("matmul dtype", isa.Matmul(PS, AP.sbuf("float32", 128, (128,)), SB16), match="both be fp32")
+    broken("contraction", isa.Matmul(PS, AP.sbuf("bfloat16", 64, (128,)), SB16))
+    broken("matmul output dtype", isa.Matmul(AP.psum("bfloat16", 128, (512,)), st16, SB16))
+    check(isa.Matmul(AP.psum("bfloat16", 128, (512,)), st16, SB16), profile=TRN3)  # NC-v4 writes BF16 PSUM
+
+
+def test_sbuf_and_psum_capacity():
+    over = AP.sbuf("float32", 128, (1024,), offset=TRN2.sbuf_partition_bytes - 1024)
+    broken("sbuf capacity", isa.Memset(over, 0.0), match=f"outside the {TRN2.sbuf_partition_bytes} bytes of sbuf")
+    broken("psum capacity", isa.Memset(AP.psum("float32", 128, (4097,)), 0.0))
+
+
+def test_hbm_bounds_and_tensor_index():
+    broken("hbm bounds", isa.DmaCopy(SB, AP.hbm(0, "float32", (128, 512), offset=200 * 512 * 4)),
+           match="outside tensor 'x'")
+    broken("hbm tensor", isa.DmaCopy(SB, AP.hbm(5, "float32", (128, 512))), match="tensor %5")
+
+
+def test_engine_rules():
+    broken("engine", isa.Matmul(PS, AP.sbuf("bfloat16", 128, (128,)), SB16, engine=Engine.VECTOR))
+    broken("engine memory access", isa.TensorCopy(SB, AP.hbm(0, "float32", (128, 512))), match="use DMA")
+    broken("engine memory access", isa.TensorCopy(SB, PS, engine=Engine.GPSIMD), match="GpSimd cannot access PSUM")
+    broken("engine dtype", isa.TensorCopy(AP.sbuf("int64", 128, (4,)), AP.sbuf("int64", 128, (4,), offset=64)))
+    wide = AP.psum("bfloat16", 128, (4097,))
+    broken("vector psum free size", isa.TensorCopy(AP.sbuf("bfloat16", 128, (4097,)), wide))
+
+
+def test_shape_rules():
+    broken("shape", isa.TensorTensor(SB, SB, AP.sbuf("float32", 128, (511,)), Alu.add))
+    broken("per-partition operand", isa.TensorScalar(SB, SB, Alu.add, AP.sbuf("float32", 128, (2,))))
+    broken("reduce axes", isa.TensorReduce(AP.sbuf("float32", 128, (1,)), SB, Alu.add, (1,)))
+    broken("reduce op", isa.TensorReduce(AP.sbuf("float32", 128, (1,)), SB, Alu.divide, (0,)))
+    broken("shape", isa.TensorReduce(AP.sbuf("float32", 128, (2,)), SB, Alu.add, (0,)))
+    broken("pattern rank", isa.Iota(AP.sbuf("int32", 128, (4, 4)), (1,)))
+    broken("bitwise dtype", isa.TensorTensor(SB, SB, SB, Alu.bitwise_and))
+    broken("transpose size", isa.Transpose(AP.sbuf("float32", 64, (64,)), AP.sbuf("float32", 64, (64,), offset=512),
+                                           engine=Engine.VECTOR))
+    broken("dma queue", isa.DmaCopy(SB, AP.hbm(0, "float32", (128, 512)), queue=16))
+    broken("access pattern rank", isa.Memset(AP(Space.SBUF, DType.float32, 1, ((1, 1),) * 5), 0.0))
+
+
+def test_indirect_dma_rules():
+    idx = AP.sbuf("int32", 128, (1,), offset=8192)
+    table = AP.hbm(0, "float32", (256, 512))
+    check(isa.DmaGather(SB, table, idx))
+    broken("index dtype", isa.DmaGather(SB, table, idx.with_dtype("float32")))
+    broken("indirect dma", isa.DmaGather(SB, SB, idx), match="table must be in HBM")
