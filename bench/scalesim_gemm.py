@@ -139,14 +139,14 @@ try:
                    input_type_gemm=True)
     sim.run_scale(top_path=out_dir)
 except SystemExit as exc:  # scalesim calls exit() after printing its own error message
-    raise SystemExit("scalesim exited early (code %r); see its output above" % (exc.code,))
+    raise SystemExit(f"scalesim exited early (code {exc.code!r}); see its printed message")
 wall_s = time.perf_counter() - t0
-print(%r + json.dumps({
+print("__RESULT_MARKER__" + json.dumps({
     "wall_s": wall_s,
     "scalesim_version": importlib.metadata.version("scalesim"),
     "numpy_version": importlib.metadata.version("numpy"),
 }))
-""" % (RESULT_MARKER,)
+""".replace("__RESULT_MARKER__", RESULT_MARKER)
 
 CHECK_SNIPPET = """\
 import importlib.metadata, json
@@ -214,9 +214,10 @@ def ensure_venv(venv: Path, verbose: bool = False) -> Path:
         _log(verbose, f"reusing SCALE-Sim venv {venv} (scalesim {versions['scalesim']}, numpy {versions['numpy']})")
         return python
 
-    interpreter_ok = python.exists() and subprocess.run(
-        [str(python), "-c", "pass"], capture_output=True, env=_child_env()
-    ).returncode == 0
+    interpreter_ok = (
+        python.exists()
+        and subprocess.run([str(python), "-c", "pass"], capture_output=True, env=_child_env()).returncode == 0
+    )
     if not interpreter_ok:
         if venv.exists() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
             raise ScaleSimBenchError(f"{venv} exists, is not empty and is not a virtual environment; not touching it")
@@ -282,7 +283,9 @@ def _simulate(python: Path, m: int, n: int, k: int) -> dict:
         layout = work / "layout.csv"
         driver = work / "driver.py"
         out_dir = work / "out"
-        config.write_text(CONFIG_TEMPLATE.format(run_name=run_name, rows=ARRAY_ROWS, cols=ARRAY_COLS, dataflow=DATAFLOW))
+        config.write_text(
+            CONFIG_TEMPLATE.format(run_name=run_name, rows=ARRAY_ROWS, cols=ARRAY_COLS, dataflow=DATAFLOW)
+        )
         topology.write_text(TOPOLOGY_TEMPLATE.format(name=f"gemm_{m}x{n}x{k}", m=m, n=n, k=k))
         layout.write_text(LAYOUT_TEXT)
         driver.write_text(DRIVER)

@@ -79,10 +79,11 @@ class Program:
 
     # -- serialization ------------------------------------------------------------------------
     def to_dict(self, with_meta: bool = True) -> dict:
+        memo: dict = {}  # programs reuse tiles and instructions: encode each distinct one once
         d = {
             "name": self.name,
             "args": [[a.name, list(a.shape), str(a.dtype), a.role] for a in self.args],
-            "instructions": [_encode_instruction(i) for i in self.instructions],
+            "instructions": [_encode_instruction(i, memo) for i in self.instructions],
         }
         if with_meta:
             d["meta"] = self.meta
@@ -104,15 +105,31 @@ class Program:
 _ENUMS = {e.__name__: e for e in (isa.Space, isa.Engine, isa.Act, isa.Alu, DType)}
 
 
-def _encode(v):
+def _encode(v, memo: dict):
     if isinstance(v, isa.AP):
-        return {"ap": [v.space.value, str(v.dtype), v.partitions, [list(f) for f in v.free],
-                       v.start_partition, v.offset, v.partition_stride, v.tensor]}
+        if v not in memo:
+            memo[v] = _encode_ap(v)
+        return memo[v]
     if isinstance(v, enum.Enum):
         return {"e": type(v).__name__, "v": v.name}
     if isinstance(v, tuple):
-        return {"t": [_encode(x) for x in v]}
+        return {"t": [_encode(x, memo) for x in v]}
     return v
+
+
+def _encode_ap(v: isa.AP) -> dict:
+    return {
+        "ap": [
+            v.space.value,
+            str(v.dtype),
+            v.partitions,
+            [list(f) for f in v.free],
+            v.start_partition,
+            v.offset,
+            v.partition_stride,
+            v.tensor,
+        ]
+    }
 
 
 def _decode(v):
@@ -127,8 +144,11 @@ def _decode(v):
     return v
 
 
-def _encode_instruction(ins: isa.Instruction) -> dict:
-    return {"opcode": ins.opcode, **{f.name: _encode(getattr(ins, f.name)) for f in fields(ins)}}
+def _encode_instruction(ins: isa.Instruction, memo: dict) -> dict:
+    key = ("ins", ins)
+    if key not in memo:
+        memo[key] = {"opcode": ins.opcode, **{f.name: _encode(getattr(ins, f.name), memo) for f in fields(ins)}}
+    return memo[key]
 
 
 def _decode_instruction(d: dict) -> isa.Instruction:

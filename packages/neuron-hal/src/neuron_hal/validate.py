@@ -6,7 +6,9 @@ listing), the rule and the values, so a kernel author sees exactly what to chang
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import fields
 
 from . import isa
 from .dtypes import ENGINE_DTYPES, MATMUL_DTYPES, DType
@@ -17,9 +19,10 @@ from .profiles import Profile
 
 def validate(program, profile: Profile) -> None:
     """Raise ProgramError for the first instruction that breaks a rule."""
+    seen: set = set()  # operands already checked for an engine: programs reuse tiles heavily
     for index, ins in enumerate(program.instructions):
         try:
-            _check(ins, program, profile)
+            _check(ins, program, profile, seen)
         except _Broken as b:
             raise ProgramError(program.name, index, str(ins), b.rule, b.detail) from None
 
@@ -29,74 +32,136 @@ class _Broken(Exception):
         self.rule, self.detail = rule, detail
 
 
-def _require(ok: bool, rule: str, detail: str) -> None:
+def _require(ok: bool, rule: str, detail) -> None:
+    """Raise when not ok; ``detail`` may be a callable so messages are only built on failure."""
     if not ok:
-        raise _Broken(rule, detail)
+        raise _Broken(rule, detail() if callable(detail) else detail)
+
+
+@functools.cache
+def _ap_fields(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.type in ("AP", "AP | None", "Operand", "Operand | None"))
 
 
 def _operands(ins) -> list[tuple[str, AP]]:
-    from dataclasses import fields
-
-    return [(f.name, getattr(ins, f.name)) for f in fields(ins) if isinstance(getattr(ins, f.name), AP)]
+    return [(n, v) for n in _ap_fields(type(ins)) if isinstance(v := getattr(ins, n), AP)]
 
 
-def _check(ins: isa.Instruction, program, profile: Profile) -> None:
-    _require(ins.engine in ins.engines, "engine",
-             f"{ins.opcode} runs on {', '.join(e.value for e in ins.engines)}, not {ins.engine.value}")
+def _check(ins: isa.Instruction, program, profile: Profile, seen: set) -> None:
+    if ins.engine not in ins.engines:
+        raise _Broken(
+            "engine", f"{ins.opcode} runs on {', '.join(e.value for e in ins.engines)}, not {ins.engine.value}"
+        )
     is_dma = ins.engine is Engine.SYNC
     for name, ap in _operands(ins):
-        _check_ap(name, ap, ins, program, profile, is_dma)
+        key = (ap, ins.engine)
+        if key not in seen:
+            _check_ap(name, ap, ins, program, profile, is_dma)
+            seen.add(key)
     if is_dma:
-        _require(0 <= ins.queue < profile.dma_queues, "dma queue",
-                 f"queue {ins.queue} outside 0..{profile.dma_queues - 1}")
+        _require(
+            0 <= ins.queue < profile.dma_queues,
+            "dma queue",
+            lambda: f"queue {ins.queue} outside 0..{profile.dma_queues - 1}",
+        )
     _SHAPE_RULES.get(type(ins), lambda i, p: None)(ins, profile)
 
 
 def _check_ap(name: str, ap: AP, ins, program, profile: Profile, is_dma: bool) -> None:
-    where = f"operand {name} ({ap})"
-    _require(len(ap.free) <= profile.free_dims_max, "access pattern rank",
-             f"{where}: {len(ap.free)} free dims > {profile.free_dims_max}")
-    _require(ap.partitions >= 0 and all(s >= 0 for s in ap.sizes), "access pattern size",
-             f"{where}: negative size")
+    where = _Where(name, ap)
+    _require(
+        len(ap.free) <= profile.free_dims_max,
+        "access pattern rank",
+        lambda: f"{where}: {len(ap.free)} free dims > {profile.free_dims_max}",
+    )
+    _require(
+        ap.partitions >= 0 and all(s >= 0 for s in ap.sizes), "access pattern size", lambda: f"{where}: negative size"
+    )
     if ap.space is Space.HBM:
-        _require(is_dma, "engine memory access", f"{where}: {ins.engine.value} engine cannot address HBM; use DMA")
-        _require(0 <= ap.tensor < len(program.args), "hbm tensor",
-                 f"{where}: tensor %{ap.tensor} is not one of the program's {len(program.args)} tensors")
+        _require(
+            is_dma, "engine memory access", lambda: f"{where}: {ins.engine.value} engine cannot address HBM; use DMA"
+        )
+        _require(
+            0 <= ap.tensor < len(program.args),
+            "hbm tensor",
+            lambda: f"{where}: tensor %{ap.tensor} is not one of the program's {len(program.args)} tensors",
+        )
         if ap.num_elements == 0:
             return
         lo, hi = ap.byte_range()
         arg = program.args[ap.tensor]
-        _require(lo >= 0 and hi <= arg.nbytes, "hbm bounds",
-                 f"{where}: bytes [{lo}, {hi}) outside tensor {arg.name!r} of {arg.nbytes} bytes")
+        _require(
+            lo >= 0 and hi <= arg.nbytes,
+            "hbm bounds",
+            lambda: f"{where}: bytes [{lo}, {hi}) outside tensor {arg.name!r} of {arg.nbytes} bytes",
+        )
         return
     _check_on_chip(where, ap, ins, profile, is_dma)
 
 
-def _check_on_chip(where: str, ap: AP, ins, profile: Profile, is_dma: bool) -> None:
-    _require(1 <= ap.partitions <= profile.pmax, "partition limit",
-             f"{where}: {ap.partitions} partitions, limit {profile.pmax}")
-    _require(0 <= ap.start_partition and ap.end_partition <= profile.sbuf_partitions, "partition range",
-             f"{where}: partitions [{ap.start_partition}, {ap.end_partition}) outside 0..{profile.sbuf_partitions}")
+def _check_on_chip(where: _Where, ap: AP, ins, profile: Profile, is_dma: bool) -> None:
+    _require(
+        1 <= ap.partitions <= profile.pmax,
+        "partition limit",
+        lambda: f"{where}: {ap.partitions} partitions, limit {profile.pmax}",
+    )
+    _require(
+        0 <= ap.start_partition and ap.end_partition <= profile.sbuf_partitions,
+        "partition range",
+        lambda: f"{where}: partitions [{ap.start_partition}, {ap.end_partition}) outside 0..{profile.sbuf_partitions}",
+    )
     if not is_dma:
         allowed = _allowed_starts(ap.partitions)
-        _require(ap.start_partition in allowed, "start partition",
-                 f"{where}: an access of {ap.partitions} partitions must start at one of {allowed}, "
-                 f"not {ap.start_partition}")
-        _require(all(s <= profile.free_size_max for s in ap.sizes), "free size",
-                 f"{where}: free sizes {ap.sizes} exceed {profile.free_size_max}")
-        _require(all(abs(st) <= profile.free_stride_max for st in ap.strides), "free stride",
-                 f"{where}: strides {ap.strides} exceed {profile.free_stride_max}")
-        _require(ap.dtype in ENGINE_DTYPES, "engine dtype",
-                 f"{where}: {ins.engine.value} engine does not compute on {ap.dtype}")
+        _require(
+            ap.start_partition in allowed,
+            "start partition",
+            lambda: (
+                f"{where}: an access of {ap.partitions} partitions must start at one of {allowed}, "
+                f"not {ap.start_partition}"
+            ),
+        )
+        _require(
+            all(s <= profile.free_size_max for s in ap.sizes),
+            "free size",
+            lambda: f"{where}: free sizes {ap.sizes} exceed {profile.free_size_max}",
+        )
+        _require(
+            all(abs(st) <= profile.free_stride_max for st in ap.strides),
+            "free stride",
+            f"{where}: strides {ap.strides} exceed {profile.free_stride_max}",
+        )
+        _require(
+            ap.dtype in ENGINE_DTYPES,
+            "engine dtype",
+            lambda: f"{where}: {ins.engine.value} engine does not compute on {ap.dtype}",
+        )
     capacity = profile.sbuf_partition_bytes if ap.space is Space.SBUF else profile.psum_partition_bytes
     lo, hi = ap.byte_range()
-    _require(lo >= 0 and hi <= capacity, f"{ap.space.value} capacity",
-             f"{where}: bytes [{lo}, {hi}) per partition outside the {capacity} bytes of {ap.space.value}")
+    _require(
+        lo >= 0 and hi <= capacity,
+        f"{ap.space.value} capacity",
+        lambda: f"{where}: bytes [{lo}, {hi}) per partition outside the {capacity} bytes of {ap.space.value}",
+    )
     if ap.space is Space.PSUM:
-        _require(ins.engine is not Engine.GPSIMD, "engine memory access", f"{where}: GpSimd cannot access PSUM")
+        _require(ins.engine is not Engine.GPSIMD, "engine memory access", lambda: f"{where}: GpSimd cannot access PSUM")
         if ins.engine is Engine.VECTOR:
-            _require(ap.free_size <= profile.vector_fmax_psum, "vector psum free size",
-                     f"{where}: {ap.free_size} elements per partition from PSUM > {profile.vector_fmax_psum}")
+            _require(
+                ap.free_size <= profile.vector_fmax_psum,
+                "vector psum free size",
+                lambda: f"{where}: {ap.free_size} elements per partition from PSUM > {profile.vector_fmax_psum}",
+            )
+
+
+class _Where:
+    """'operand NAME (AP)', formatted only when a message is needed."""
+
+    __slots__ = ("name", "ap")
+
+    def __init__(self, name, ap):
+        self.name, self.ap = name, ap
+
+    def __format__(self, spec):
+        return f"operand {self.name} ({self.ap})"
 
 
 def _allowed_starts(partitions: int) -> tuple[int, ...]:
@@ -110,62 +175,115 @@ def _allowed_starts(partitions: int) -> tuple[int, ...]:
 
 def _same_shape(dst: AP, *aps: AP, rule="shape") -> None:
     for ap in aps:
-        _require(ap.partitions == dst.partitions and ap.free_size == dst.free_size, rule,
-                 f"operand {ap.shape} does not match destination {dst.shape}")
+        _require(
+            ap.partitions == dst.partitions and ap.free_size == dst.free_size,
+            rule,
+            f"operand {ap.shape} does not match destination {dst.shape}",
+        )
 
 
 def _per_partition(dst: AP, v, name: str) -> None:
     if isinstance(v, AP):
-        _require(v.partitions == dst.partitions and v.free_size == 1, "per-partition operand",
-                 f"{name} must be [{dst.partitions}, 1], got {list(v.shape)}")
+        _require(
+            v.partitions == dst.partitions and v.free_size == 1,
+            "per-partition operand",
+            lambda: f"{name} must be [{dst.partitions}, 1], got {list(v.shape)}",
+        )
 
 
 def _integer_operands(ins, op) -> None:
     if op is not None and op.is_bitwise:
         for name, ap in _operands(ins):
-            _require(not ap.dtype.is_float, "bitwise dtype", f"{op.value} needs integer operands; {name} is {ap.dtype}")
+            _require(
+                not ap.dtype.is_float,
+                "bitwise dtype",
+                lambda: f"{op.value} needs integer operands; {name} is {ap.dtype}",
+            )
 
 
 def _matmul(ins: isa.Matmul, profile: Profile) -> None:
     st, mv, dst = ins.stationary, ins.moving, ins.dst
-    _require(st.space is Space.SBUF and mv.space is Space.SBUF, "tensor engine reads SBUF",
-             "stationary and moving must be in SBUF")
-    _require(dst.space is Space.PSUM, "tensor engine writes PSUM", f"dst must be in PSUM, not {dst.space.value}")
+    _require(
+        st.space is Space.SBUF and mv.space is Space.SBUF,
+        "tensor engine reads SBUF",
+        "stationary and moving must be in SBUF",
+    )
+    _require(
+        dst.space is Space.PSUM, "tensor engine writes PSUM", lambda: f"dst must be in PSUM, not {dst.space.value}"
+    )
     for name, ap in (("stationary", st), ("moving", mv)):
-        _require(ap.dtype in MATMUL_DTYPES, "matmul dtype",
-                 f"{name} is {ap.dtype}; TensorE takes {', '.join(sorted(map(str, MATMUL_DTYPES)))}")
-    _require((st.dtype is DType.float32) == (mv.dtype is DType.float32), "matmul dtype",
-             f"stationary {st.dtype} and moving {mv.dtype} must both be fp32 or both not")
+        _require(
+            ap.dtype in MATMUL_DTYPES,
+            "matmul dtype",
+            lambda: f"{name} is {ap.dtype}; TensorE takes {', '.join(sorted(map(str, MATMUL_DTYPES)))}",
+        )
+    _require(
+        (st.dtype is DType.float32) == (mv.dtype is DType.float32),
+        "matmul dtype",
+        lambda: f"stationary {st.dtype} and moving {mv.dtype} must both be fp32 or both not",
+    )
     out_ok = {DType.float32} | ({DType.bfloat16} if profile.psum_bf16_output else set())
-    _require(dst.dtype in out_ok, "matmul output dtype",
-             f"PSUM output is {dst.dtype}; {profile.name} writes {', '.join(sorted(map(str, out_ok)))}")
-    _require(st.partitions == mv.partitions and st.start_partition == mv.start_partition, "contraction",
-             f"stationary K={st.partitions}@{st.start_partition} and "
-             f"moving K={mv.partitions}@{mv.start_partition} differ")
-    _require(st.free_size <= profile.gemm_stationary_fmax, "stationary free size",
-             f"stationary has {st.free_size} columns > {profile.gemm_stationary_fmax}")
-    _require(mv.free_size <= profile.gemm_moving_fmax, "moving free size",
-             f"moving has {mv.free_size} columns > {profile.gemm_moving_fmax}")
-    _require(dst.partitions == st.free_size and dst.free_size == mv.free_size, "shape",
-             f"dst {list(dst.shape)} must be [{st.free_size}, {mv.free_size}]")
+    _require(
+        dst.dtype in out_ok,
+        "matmul output dtype",
+        lambda: f"PSUM output is {dst.dtype}; {profile.name} writes {', '.join(sorted(map(str, out_ok)))}",
+    )
+    _require(
+        st.partitions == mv.partitions and st.start_partition == mv.start_partition,
+        "contraction",
+        lambda: (
+            f"stationary K={st.partitions}@{st.start_partition} and "
+            f"moving K={mv.partitions}@{mv.start_partition} differ"
+        ),
+    )
+    _require(
+        st.free_size <= profile.gemm_stationary_fmax,
+        "stationary free size",
+        lambda: f"stationary has {st.free_size} columns > {profile.gemm_stationary_fmax}",
+    )
+    _require(
+        mv.free_size <= profile.gemm_moving_fmax,
+        "moving free size",
+        lambda: f"moving has {mv.free_size} columns > {profile.gemm_moving_fmax}",
+    )
+    _require(
+        dst.partitions == st.free_size and dst.free_size == mv.free_size,
+        "shape",
+        lambda: f"dst {list(dst.shape)} must be [{st.free_size}, {mv.free_size}]",
+    )
     lo, hi = dst.byte_range()
     bank = profile.psum_bank_bytes
-    _require(lo // bank == (hi - 1) // bank, "psum bank",
-             f"dst bytes [{lo}, {hi}) cross a {bank}-byte PSUM bank boundary")
+    _require(
+        lo // bank == (hi - 1) // bank,
+        "psum bank",
+        lambda: f"dst bytes [{lo}, {hi}) cross a {bank}-byte PSUM bank boundary",
+    )
 
 
 def _transpose(ins: isa.Transpose, profile: Profile) -> None:
     src, dst = ins.src, ins.dst
     limit = profile.pmax if ins.engine is Engine.TENSOR else 32
-    _require(src.partitions <= limit and src.free_size <= limit, "transpose size",
-             f"{ins.engine.value} transposes up to {limit}x{limit}, got {list(src.shape)}")
-    _require(dst.partitions == src.free_size and dst.free_size == src.partitions, "shape",
-             f"dst {list(dst.shape)} must be [{src.free_size}, {src.partitions}]")
+    _require(
+        src.partitions <= limit and src.free_size <= limit,
+        "transpose size",
+        lambda: f"{ins.engine.value} transposes up to {limit}x{limit}, got {list(src.shape)}",
+    )
+    _require(
+        dst.partitions == src.free_size and dst.free_size == src.partitions,
+        "shape",
+        lambda: f"dst {list(dst.shape)} must be [{src.free_size}, {src.partitions}]",
+    )
     if ins.engine is Engine.TENSOR:
-        _require(src.space is Space.SBUF and dst.space is Space.PSUM, "tensor engine reads SBUF",
-                 "TensorE transpose reads SBUF and writes PSUM")
-        _require(dst.dtype in (src.dtype, DType.float32), "transpose dtype",
-                 f"dst {dst.dtype} must be {src.dtype} or float32")
+        _require(
+            src.space is Space.SBUF and dst.space is Space.PSUM,
+            "tensor engine reads SBUF",
+            "TensorE transpose reads SBUF and writes PSUM",
+        )
+        _require(
+            dst.dtype in (src.dtype, DType.float32),
+            "transpose dtype",
+            lambda: f"dst {dst.dtype} must be {src.dtype} or float32",
+        )
 
 
 def _activation(ins: isa.Activation, profile: Profile) -> None:
@@ -191,12 +309,18 @@ def _tensor_scalar(ins: isa.TensorScalar, profile: Profile) -> None:
 
 def _tensor_reduce(ins: isa.TensorReduce, profile: Profile) -> None:
     src, dst = ins.src, ins.dst
-    _require(ins.op in isa.REDUCE_OPS, "reduce op", f"{ins.op.value} is not a reduction")
-    _require(len(set(ins.axes)) == len(ins.axes) and all(0 <= a < len(src.free) for a in ins.axes),
-             "reduce axes", f"axes {ins.axes} are not distinct free axes of {list(src.shape)}")
+    _require(ins.op in isa.REDUCE_OPS, "reduce op", lambda: f"{ins.op.value} is not a reduction")
+    _require(
+        len(set(ins.axes)) == len(ins.axes) and all(0 <= a < len(src.free) for a in ins.axes),
+        "reduce axes",
+        f"axes {ins.axes} are not distinct free axes of {list(src.shape)}",
+    )
     kept = math.prod(s for d, s in enumerate(src.sizes) if d not in ins.axes)
-    _require(dst.partitions == src.partitions and dst.free_size == kept, "shape",
-             f"dst {list(dst.shape)} must have {src.partitions} partitions of {kept} elements")
+    _require(
+        dst.partitions == src.partitions and dst.free_size == kept,
+        "shape",
+        lambda: f"dst {list(dst.shape)} must have {src.partitions} partitions of {kept} elements",
+    )
 
 
 def _elementwise(ins, profile: Profile) -> None:
@@ -208,37 +332,57 @@ def _select(ins: isa.Select, profile: Profile) -> None:
 
 
 def _affine(ins, profile: Profile) -> None:
-    _require(len(ins.steps) == len(ins.dst.free), "pattern rank",
-             f"{len(ins.steps)} steps for {len(ins.dst.free)} free dims")
+    _require(
+        len(ins.steps) == len(ins.dst.free),
+        "pattern rank",
+        lambda: f"{len(ins.steps)} steps for {len(ins.dst.free)} free dims",
+    )
     if isinstance(ins, isa.AffineSelect):
         _same_shape(ins.dst, ins.src)
 
 
 def _partition_reduce(ins: isa.PartitionReduce, profile: Profile) -> None:
-    _require(ins.op in isa.REDUCE_OPS, "reduce op", f"{ins.op.value} is not a reduction")
-    _require(ins.dst.partitions == 1 and ins.dst.free_size == ins.src.free_size, "shape",
-             f"dst {list(ins.dst.shape)} must be [1, {ins.src.free_size}]")
+    _require(ins.op in isa.REDUCE_OPS, "reduce op", lambda: f"{ins.op.value} is not a reduction")
+    _require(
+        ins.dst.partitions == 1 and ins.dst.free_size == ins.src.free_size,
+        "shape",
+        lambda: f"dst {list(ins.dst.shape)} must be [1, {ins.src.free_size}]",
+    )
 
 
 def _partition_broadcast(ins: isa.PartitionBroadcast, profile: Profile) -> None:
-    _require(ins.src.partitions == 1 and ins.dst.free_size == ins.src.free_size, "shape",
-             f"src {list(ins.src.shape)} must be [1, {ins.dst.free_size}]")
+    _require(
+        ins.src.partitions == 1 and ins.dst.free_size == ins.src.free_size,
+        "shape",
+        lambda: f"src {list(ins.src.shape)} must be [1, {ins.dst.free_size}]",
+    )
 
 
 def _dma_copy(ins: isa.DmaCopy, profile: Profile) -> None:
-    _require(ins.dst.num_elements == ins.src.num_elements, "shape",
-             f"dst has {ins.dst.num_elements} elements, src {ins.src.num_elements}")
+    _require(
+        ins.dst.num_elements == ins.src.num_elements,
+        "shape",
+        lambda: f"dst has {ins.dst.num_elements} elements, src {ins.src.num_elements}",
+    )
 
 
 def _dma_indirect(ins, profile: Profile) -> None:
     table, tile = (ins.src, ins.dst) if isinstance(ins, isa.DmaGather) else (ins.dst, ins.src)
     _require(table.space is Space.HBM, "indirect dma", "the indexed table must be in HBM")
     _require(tile.on_chip and ins.index.on_chip, "indirect dma", "the tile and the index must be on chip")
-    _require(ins.index.dtype in (DType.int32, DType.uint32), "index dtype", f"index is {ins.index.dtype}, not int32")
-    _require(ins.index.partitions == tile.partitions and ins.index.free_size == 1, "shape",
-             f"index {list(ins.index.shape)} must be [{tile.partitions}, 1]")
-    _require(table.free_size == tile.free_size, "shape",
-             f"table rows have {table.free_size} elements, the tile {tile.free_size}")
+    _require(
+        ins.index.dtype in (DType.int32, DType.uint32), "index dtype", lambda: f"index is {ins.index.dtype}, not int32"
+    )
+    _require(
+        ins.index.partitions == tile.partitions and ins.index.free_size == 1,
+        "shape",
+        lambda: f"index {list(ins.index.shape)} must be [{tile.partitions}, 1]",
+    )
+    _require(
+        table.free_size == tile.free_size,
+        "shape",
+        lambda: f"table rows have {table.free_size} elements, the tile {tile.free_size}",
+    )
 
 
 _SHAPE_RULES = {
