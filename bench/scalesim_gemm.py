@@ -195,6 +195,13 @@ def _installed_versions(python: Path) -> tuple[dict[str, str] | None, str]:
         return None, f"unexpected output from {python}: {proc.stdout!r}"
 
 
+def _runs(python: Path) -> bool:
+    try:
+        return subprocess.run([str(python), "-c", "pass"], capture_output=True, env=_child_env()).returncode == 0
+    except OSError:
+        return False
+
+
 def _pinned(versions: dict[str, str] | None) -> bool:
     return versions == {"scalesim": SCALESIM_VERSION, "numpy": NUMPY_VERSION}
 
@@ -214,24 +221,23 @@ def ensure_venv(venv: Path, verbose: bool = False) -> Path:
         _log(verbose, f"reusing SCALE-Sim venv {venv} (scalesim {versions['scalesim']}, numpy {versions['numpy']})")
         return python
 
-    interpreter_ok = (
-        python.exists()
-        and subprocess.run([str(python), "-c", "pass"], capture_output=True, env=_child_env()).returncode == 0
-    )
-    if not interpreter_ok:
-        if venv.exists() and any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
-            raise ScaleSimBenchError(f"{venv} exists, is not empty and is not a virtual environment; not touching it")
+    if python.exists() and _runs(python):
+        _log(verbose, f"SCALE-Sim venv {venv} is not at the pinned versions ({versions or why}); reinstalling")
+    else:
+        if venv.exists() and not (venv.is_dir() and (not any(venv.iterdir()) or (venv / "pyvenv.cfg").exists())):
+            raise ScaleSimBenchError(f"{venv} exists and is neither empty nor a virtual environment; not touching it")
         _log(verbose, f"creating SCALE-Sim venv {venv} with {sys.executable} ...")
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True, env=_child_env()
-        )
+        try:
+            venv.parent.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "venv", "--clear", str(venv)], capture_output=True, text=True, env=_child_env()
+            )
+        except OSError as exc:
+            raise ScaleSimBenchError(f"could not create the venv {venv}: {exc}") from exc
         if proc.returncode != 0 or not python.exists():
             raise ScaleSimBenchError(
                 f"could not create the venv {venv} with {sys.executable} -m venv:\n{_tail(proc.stderr + proc.stdout)}"
             )
-    else:
-        _log(verbose, f"SCALE-Sim venv {venv} is not at the pinned versions ({versions or why}); reinstalling")
 
     _log(verbose, f"installing {' '.join(REQUIREMENTS)} into {venv} (may take a few minutes) ...")
     try:
@@ -244,6 +250,8 @@ def ensure_venv(venv: Path, verbose: bool = False) -> Path:
         )
     except subprocess.TimeoutExpired as exc:
         raise ScaleSimBenchError(f"pip install {' '.join(REQUIREMENTS)} timed out after {exc.timeout} s") from exc
+    except OSError as exc:
+        raise ScaleSimBenchError(f"cannot run pip in {venv}: {exc}") from exc
     if proc.returncode != 0:
         raise ScaleSimBenchError(
             f"pip install {' '.join(REQUIREMENTS)} failed in {venv} (exit {proc.returncode}):\n"
