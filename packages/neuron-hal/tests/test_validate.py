@@ -122,3 +122,34 @@ def test_indirect_dma_rules():
     check(isa.DmaGather(SB, table, idx))
     broken("index dtype", isa.DmaGather(SB, table, idx.with_dtype("float32")))
     broken("indirect dma", isa.DmaGather(SB, SB, idx), match="table must be in HBM")
+
+
+def test_destination_writes_each_element_once():
+    bcast = AP(Space.SBUF, DType.float32, 128, ((4, 0),))
+    broken("destination overlap", isa.Memset(bcast, 1.0))
+    check(isa.TensorCopy(SB, AP(Space.SBUF, DType.float32, 128, ((512, 0),), offset=4096)))  # reading is fine
+    rows = AP(Space.HBM, DType.float32, 4, ((8, 1),), partition_stride=4, tensor=0)
+    broken("destination overlap", isa.DmaCopy(rows, AP.sbuf("float32", 4, (8,))))
+
+
+def test_affine_select_needs_a_comparison():
+    t = AP.sbuf("float32", 128, (8,))
+    check(isa.AffineSelect(t, t, (1,), Alu.greater_equal, 0.0))
+    broken("affine_select comparison", isa.AffineSelect(t, t, (1,), Alu.add, 0.0))
+
+
+def test_scalar_engine_copies_by_generation():
+    from neuron_hal import TRN1
+
+    copy = isa.TensorCopy(SB, SB16.with_dtype("float32"), engine=Engine.SCALAR)
+    broken("engine", copy, profile=TRN1, match="use activation identity")
+    check(copy)
+    ts = isa.TensorScalar(SB, SB, Alu.add, 1.0, engine=Engine.SCALAR)
+    broken("engine", ts, match="only from NC-v4")
+    check(ts, profile=TRN3)
+
+
+def test_bitwise_immediate():
+    t = AP.sbuf("int32", 128, (8,))
+    check(isa.TensorScalar(t, t, Alu.left_shift, 3.0))
+    broken("bitwise immediate", isa.TensorScalar(t, t, Alu.bitwise_and, 1.5))

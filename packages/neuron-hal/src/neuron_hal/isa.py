@@ -11,8 +11,12 @@ Conventions (as on the hardware, reference §2.2):
 - HBM operands address program argument ``tensor``: ``offset`` bytes from its base, then row ``p``
   at ``p * partition_stride`` elements, then the free pattern.
 - Free patterns are ``((size, stride), ...)`` outermost first, strides in elements, up to 4 dims.
-- Vector/Scalar/GpSimd compute in FP32 (integer arithmetic on GpSimd is exact); results are cast to
-  the destination dtype with round-to-nearest-even.
+- Vector/Scalar/GpSimd compute in FP32; results are cast to the destination dtype with
+  round-to-nearest-even (float -> int: half to even, saturating, NaN -> 0). On GpSimd, when every
+  operand is an integer, arithmetic is exact and wraps to the destination width (divide and pow
+  stay FP32). Bitwise ops work on 32-bit integer patterns on any engine.
+- ``p`` in iota/affine_select is the partition index within the operand (0..partitions-1).
+- Operands with equal element counts but different free shapes pair up in row-major order.
 """
 
 from __future__ import annotations
@@ -100,6 +104,9 @@ class Alu(enum.Enum):
 
 
 _BITWISE = frozenset({Alu.bitwise_and, Alu.bitwise_or, Alu.bitwise_xor, Alu.left_shift, Alu.right_shift})
+COMPARISONS = frozenset(
+    {Alu.equal, Alu.not_equal, Alu.greater, Alu.greater_equal, Alu.less, Alu.less_equal}
+)
 REDUCE_OPS = frozenset({Alu.add, Alu.max, Alu.min, Alu.multiply, Alu.abs_max})
 
 
@@ -409,7 +416,10 @@ class PartitionBroadcast(Instruction):
 
 @_instruction("dma_copy", (Engine.SYNC,))
 class DmaCopy(Instruction):
-    """dst = src between any of HBM/SBUF/PSUM on DMA ``queue``, casting through FP32 if dtypes differ."""
+    """dst = src between any of HBM/SBUF/PSUM on DMA ``queue``; elements pair up in row-major order.
+
+    Same dtype: bit exact. Integer to integer: direct (wrapping) cast. Otherwise through FP32.
+    """
 
     dst: AP
     src: AP
@@ -430,7 +440,10 @@ class DmaGather(Instruction):
 
 @_instruction("dma_scatter", (Engine.SYNC,))
 class DmaScatter(Instruction):
-    """dst row ``index[p, 0]`` = src[p, :] (or += with ``accumulate``; duplicate rows all add)."""
+    """dst row ``index[p, 0]`` = src[p, :]; duplicate rows: the highest partition wins.
+
+    With ``accumulate`` rows add (in FP32, rounded once; integer tables add exactly), duplicates all add.
+    """
 
     dst: AP
     src: AP

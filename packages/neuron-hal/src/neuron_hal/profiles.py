@@ -46,6 +46,8 @@ class Profile:
     gemm_moving_fmax: int = _f("[NL-2.26] nl.tile_size.gemm_moving_fmax")
     psum_bank_fmax: int = _f("[NL-2.26] psum_fmax: one 2 KiB bank of FP32")
     bn_stats_fmax: int = _f("[NL-2.26] nl.tile_size.bn_stats_fmax")
+    scalar_tensor_copy: bool = _f("[NKI-ARCH-V3] ScalarE tensor_copy from NC-v3 (earlier: activation identity)")
+    scalar_tensor_scalar: bool = _f("[NKI-ARCH-V4] native ScalarE tensor_scalar from NC-v4")
     psum_bf16_output: bool = _f("[NKI-ARCH-V4] BF16 PSUM output only on NC-v4")
     free_size_max: int = _f("[NKI-ARCH-V2] F access pattern sizes are uint16")
     free_stride_max: int = _f("[NKI-ARCH-V2] F access pattern strides are int16")
@@ -154,7 +156,7 @@ TRN1 = Profile(
     name="trn1", nc_version=2, cores_per_chip=2,
     tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,
     vector_lanes_16bit=128, vector_lanes=128, scalar_lanes_16bit=128, scalar_lanes=128, gpsimd_lanes=128,
-    psum_bf16_output=False, sbuf_partition_bytes=192 * KiB,
+    psum_bf16_output=False, scalar_tensor_copy=False, scalar_tensor_scalar=False, sbuf_partition_bytes=192 * KiB,
     vector_perf_copy_factor=1, vector_perf_copy_partial_factor=1, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
     hbm_bytes=32 * GiB, hbm_gbps=820.0, tensor_bf16_tflops=92.0,
@@ -165,7 +167,7 @@ TRN2 = Profile(
     name="trn2", nc_version=3, cores_per_chip=8,
     tensor_ghz=2.4, vector_ghz=0.96, scalar_ghz=1.2, gpsimd_ghz=1.2,
     vector_lanes_16bit=512, vector_lanes=256, scalar_lanes_16bit=128, scalar_lanes=128, gpsimd_lanes=128,
-    psum_bf16_output=False, sbuf_partition_bytes=224 * KiB,
+    psum_bf16_output=False, scalar_tensor_copy=True, scalar_tensor_scalar=False, sbuf_partition_bytes=224 * KiB,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
     # [CONFLICT] 2.9 TB/s [ARCH-TRN2] vs 3 TB/s in the NKI trn2 guide; the architecture page is used.
@@ -178,7 +180,7 @@ TRN3 = Profile(
     name="trn3", nc_version=4, cores_per_chip=8,
     tensor_ghz=2.4, vector_ghz=1.2, scalar_ghz=1.2, gpsimd_ghz=1.2,
     vector_lanes_16bit=512, vector_lanes=256, scalar_lanes_16bit=256, scalar_lanes=128, gpsimd_lanes=128,
-    psum_bf16_output=True, sbuf_partition_bytes=256 * KiB,
+    psum_bf16_output=True, scalar_tensor_copy=True, scalar_tensor_scalar=True, sbuf_partition_bytes=256 * KiB,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=2,
     dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
     # [CONFLICT] 4.9 TB/s [ARCH-TRN3] vs 4.7 TB/s [NKI-ARCH-V4]; the architecture page is used.

@@ -53,6 +53,8 @@ def _check(ins: isa.Instruction, program, profile: Profile, seen: set) -> None:
             "engine", f"{ins.opcode} runs on {', '.join(e.value for e in ins.engines)}, not {ins.engine.value}"
         )
     is_dma = ins.engine is Engine.SYNC
+    for dst in ins.writes():
+        _require(_writes_once(dst), "destination overlap", lambda: f"destination {dst} writes some element twice")
     for name, ap in _operands(ins):
         key = (ap, ins.engine)
         if key not in seen:
@@ -152,6 +154,16 @@ def _check_on_chip(where: _Where, ap: AP, ins, profile: Profile, is_dma: bool) -
             )
 
 
+def _writes_once(ap: AP) -> bool:
+    """No dimension of size > 1 with stride 0, and (HBM) rows that do not overlap each other's span."""
+    if any(size > 1 and stride == 0 for size, stride in ap.free):
+        return False
+    if ap.space is Space.HBM and ap.partitions > 1:
+        lo, hi = ap.free_extent()
+        return abs(ap.partition_stride) >= hi - lo
+    return True
+
+
 class _Where:
     """'operand NAME (AP)', formatted only when a message is needed."""
 
@@ -191,13 +203,19 @@ def _per_partition(dst: AP, v, name: str) -> None:
         )
 
 
-def _integer_operands(ins, op) -> None:
+def _integer_operands(ins, op, *immediates) -> None:
     if op is not None and op.is_bitwise:
         for name, ap in _operands(ins):
             _require(
                 not ap.dtype.is_float,
                 "bitwise dtype",
                 lambda: f"{op.value} needs integer operands; {name} is {ap.dtype}",
+            )
+        for v in immediates:
+            _require(
+                isinstance(v, AP) or float(v).is_integer(),
+                "bitwise immediate",
+                lambda: f"{op.value} needs an integer immediate, got {v!r}",
             )
 
 
@@ -303,8 +321,14 @@ def _tensor_scalar(ins: isa.TensorScalar, profile: Profile) -> None:
     _per_partition(ins.dst, ins.operand0, "operand0")
     _per_partition(ins.dst, ins.operand1, "operand1")
     _require((ins.op1 is None) == (ins.operand1 is None), "tensor_scalar operands", "op1 and operand1 go together")
-    _integer_operands(ins, ins.op0)
-    _integer_operands(ins, ins.op1)
+    _integer_operands(ins, ins.op0, ins.operand0)
+    _integer_operands(ins, ins.op1, ins.operand1)
+    if ins.engine is Engine.SCALAR:
+        _require(
+            profile.scalar_tensor_scalar,
+            "engine",
+            lambda: f"ScalarE runs tensor_scalar natively only from NC-v4; {profile.name} is NC-v{profile.nc_version}",
+        )
 
 
 def _tensor_reduce(ins: isa.TensorReduce, profile: Profile) -> None:
@@ -323,8 +347,17 @@ def _tensor_reduce(ins: isa.TensorReduce, profile: Profile) -> None:
     )
 
 
-def _elementwise(ins, profile: Profile) -> None:
+def _tensor_copy(ins: isa.TensorCopy, profile: Profile) -> None:
     _same_shape(ins.dst, ins.src)
+    if ins.engine is Engine.SCALAR:
+        _require(
+            profile.scalar_tensor_copy,
+            "engine",
+            lambda: (
+                f"ScalarE tensor_copy needs NC-v3 or later; {profile.name} is NC-v{profile.nc_version} "
+                "(use activation identity)"
+            ),
+        )
 
 
 def _select(ins: isa.Select, profile: Profile) -> None:
@@ -339,6 +372,7 @@ def _affine(ins, profile: Profile) -> None:
     )
     if isinstance(ins, isa.AffineSelect):
         _same_shape(ins.dst, ins.src)
+        _require(ins.cmp in isa.COMPARISONS, "affine_select comparison", lambda: f"{ins.cmp.value} is not a comparison")
 
 
 def _partition_reduce(ins: isa.PartitionReduce, profile: Profile) -> None:
@@ -392,7 +426,7 @@ _SHAPE_RULES = {
     isa.TensorTensor: _tensor_tensor,
     isa.TensorScalar: _tensor_scalar,
     isa.TensorReduce: _tensor_reduce,
-    isa.TensorCopy: _elementwise,
+    isa.TensorCopy: _tensor_copy,
     isa.Memset: lambda i, p: None,
     isa.Iota: _affine,
     isa.AffineSelect: _affine,
