@@ -5,9 +5,19 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
-
-from neuron_hal import (AP, TRN1, TRN2, TRN3, Act, DeviceOutOfMemoryError, Program, ProgramError, TensorArg,
-                        get_driver, isa)
+from neuron_hal import (
+    AP,
+    TRN1,
+    TRN2,
+    TRN3,
+    Act,
+    DeviceOutOfMemoryError,
+    Program,
+    ProgramError,
+    TensorArg,
+    get_driver,
+    isa,
+)
 from neuron_hal.registry import select_driver_class
 from neuron_sim.driver import SimDriver
 from neuron_sim.programs import ideal_gemm_tensor_cycles, tiled_gemm

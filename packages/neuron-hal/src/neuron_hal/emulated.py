@@ -36,6 +36,15 @@ def hbm_capacity(default: int) -> int:
     return min(value, default)
 
 
+def _bytes_of(buf) -> np.ndarray:
+    """The bytes of a buffer as a flat uint8 array sharing memory (ml_dtypes arrays have no buffer export)."""
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise ValueError(f"host buffer of shape {buf.shape} must be C-contiguous")
+        return buf.reshape(-1).view(np.uint8)
+    return np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+
+
 class RangeAllocator:
     """Best-fit allocator over [base, base + capacity) with coalescing of freed neighbours."""
 
@@ -161,11 +170,13 @@ class EmulatedDriver(Driver):
         return self.hbm[address:address + nbytes]
 
     def write(self, device: int, address: int, data) -> None:
-        src = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        src = _bytes_of(data)
         self._view(address, src.nbytes)[:] = src
 
     def read(self, device: int, address: int, out) -> None:
-        dst = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8)
+        dst = _bytes_of(out)
+        if not dst.flags.writeable:
+            raise ValueError("read() needs a writable buffer")
         dst[:] = self._view(address, dst.nbytes)
 
     def copy(self, device: int, dst: int, src: int, nbytes: int, queue: int = 0) -> None:
