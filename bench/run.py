@@ -32,6 +32,7 @@ def peak_rss_mib() -> float:
 def child_gemm(size: int, values: bool) -> dict:
     import ml_dtypes
     import numpy as np
+
     from neuron_hal import get_profile
     from neuron_sim.driver import SimDriver
     from neuron_sim.programs import ideal_gemm_tensor_cycles, tiled_gemm

@@ -14,6 +14,7 @@ import time
 
 import ml_dtypes
 import numpy as np
+
 from neuron_hal import get_driver, get_profile
 from neuron_sim.programs import ideal_gemm_tensor_cycles, tiled_gemm
 

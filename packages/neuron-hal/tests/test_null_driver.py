@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from neuron_hal import (
     AP,
     TRN1,

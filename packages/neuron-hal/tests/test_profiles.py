@@ -1,6 +1,7 @@
 import dataclasses
 
 import pytest
+
 from neuron_hal import PROFILES, TRN1, TRN2, TRN3, get_profile
 
 

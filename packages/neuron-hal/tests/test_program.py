@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from neuron_hal import AP, Act, Alu, DType, Engine, Program, Space, TensorArg, isa
 
 

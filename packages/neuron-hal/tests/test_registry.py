@@ -1,4 +1,5 @@
 import pytest
+
 from neuron_hal import TRN3, DriverNotFoundError, driver_names, get_driver
 from neuron_hal.drivers.null import NullDriver
 from neuron_hal.registry import select_driver_class

@@ -1,6 +1,7 @@
 """Every static rule raises ProgramError naming the instruction, the rule and the values."""
 
 import pytest
+
 from neuron_hal import AP, TRN2, TRN3, Act, Alu, DType, Engine, Program, ProgramError, Space, TensorArg, isa, validate
 
 ARGS = [TensorArg("x", (256, 512), "float32"), TensorArg("ids", (128,), "int32")]

@@ -5,6 +5,7 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
+
 from neuron_hal import (
     AP,
     TRN1,

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
 from neuron_hal import AP, TRN2, TRN3, Act, Alu, DType, Engine, Program, ProgramError, Space, TensorArg, isa, validate
 from neuron_sim.values import CoreMemory, erf, erfc, load_f32, prepare_values, run_values, widen_to_f32
 

@@ -1,7 +1,22 @@
-"""neuron-kernels: the tile kernel language, kernel library and autotuner.
+"""neuron-kernels: an NKI-style tile kernel language over neuron-hal.
 
-Not built yet (issue 3): this package only reserves its place in the layering. It reaches devices
-through neuron_hal alone, never by importing the simulator.
+    import neuron_kernels as nk
+    from neuron_kernels import language as nl, isa as nisa
+
+    @nk.kernel
+    def add(a, b):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.hbm)
+        for i in nl.affine_range(nl.cdiv(a.shape[0], nl.tile_size.pmax)):
+            rows = slice(i * 128, min(a.shape[0], (i + 1) * 128))
+            nl.store(out[rows], nl.add(nl.load(a[rows]), nl.load(b[rows])))
+        return out
+
+Kernels reach devices only through neuron_hal, never by importing the simulator.
 """
 
+from . import isa, language
+from .errors import KernelError
+from .jit import Kernel, TensorSpec, jit, kernel
+
 __version__ = "0.0.1"
+__all__ = ["Kernel", "KernelError", "TensorSpec", "isa", "jit", "kernel", "language"]

@@ -65,11 +65,12 @@ import weakref
 from collections.abc import Callable
 
 import numpy as np
+from numpy.polynomial import chebyshev as _cheb
+
 from neuron_hal import isa
 from neuron_hal.dtypes import DType
 from neuron_hal.errors import ProgramError
 from neuron_hal.isa import AP, Act, Alu, Engine, Space
-from numpy.polynomial import chebyshev as _cheb
 
 from .views import HbmView, onchip_view, raw_dtype
 

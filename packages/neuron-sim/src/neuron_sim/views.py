@@ -17,6 +17,7 @@ the underlying array, so a view can never reach outside it (``ValueError`` other
 from __future__ import annotations
 
 import numpy as np
+
 from neuron_hal.isa import AP, Space
 
 # Unsigned integer types of each element size: same-dtype moves copy these so they are bit exact.

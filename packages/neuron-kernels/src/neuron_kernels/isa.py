@@ -1,0 +1,132 @@
+"""``nisa``: one call per NeuronCore instruction, destination first, as in NKI's ``nki.isa``.
+
+Operands are views of HBM tensors or on-chip tiles; ``op`` arguments accept the ``nl`` operators
+(``nl.add``, ``nl.exp``, ...) or the HAL enums.
+"""
+
+from __future__ import annotations
+
+from neuron_hal import Act, Alu, Engine
+from neuron_hal import isa as hal
+
+from .errors import KernelError
+from .tensors import View
+from .tracer import builder
+
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+
+
+def _alu(op) -> Alu:
+    op = getattr(op, "alu", op)
+    if not isinstance(op, Alu):
+        raise KernelError(f"{op!r} is not an ALU operator (nl.add, nl.maximum, ...)")
+    return op
+
+
+def _act(op) -> Act:
+    op = getattr(op, "act", op)
+    if not isinstance(op, Act):
+        raise KernelError(f"{op!r} is not an activation function (nl.exp, nl.tanh, ...)")
+    return op
+
+
+def _scalar(v):
+    return v if isinstance(v, View) else float(v)
+
+
+def nc_matmul(dst: View, stationary: View, moving: View, accumulate: bool | None = None) -> None:
+    """dst[M, N] (PSUM) (+)= stationary[K, M].T @ moving[K, N].
+
+    ``accumulate=None`` follows NKI: the first matmul into a PSUM tile overwrites, later ones add.
+    """
+    b = builder()
+    if accumulate is None:
+        key = (dst.owner.id, dst.offset)
+        accumulate = key in b.psum_written
+        b.psum_written.add(key)
+    b.emit(hal.Matmul, dst=dst, stationary=stationary, moving=moving, accumulate=bool(accumulate))
+
+
+def nc_transpose(dst: View, data: View, engine: Engine = Engine.TENSOR) -> None:
+    builder().emit(hal.Transpose, dst=dst, src=data, engine=engine)
+
+
+def activation(dst: View, op, data: View, bias: View | None = None, scale=1.0, reduce_res: View | None = None) -> None:
+    """dst = op(data * scale + bias); ``reduce_res`` [P, 1] also receives each partition's sum."""
+    builder().emit(hal.Activation, dst=dst, src=data, func=_act(op), scale=_scalar(scale), bias=bias,
+                   reduce_dst=reduce_res)
+
+
+def tensor_tensor(dst: View, data1: View, data2: View, op, engine: Engine = Engine.VECTOR) -> None:
+    builder().emit(hal.TensorTensor, dst=dst, a=data1, b=data2, op=_alu(op), engine=engine)
+
+
+def tensor_scalar(dst: View, data: View, op0, operand0, reverse0: bool = False, op1=None, operand1=None,
+                  reverse1: bool = False, engine: Engine = Engine.VECTOR) -> None:
+    builder().emit(hal.TensorScalar, dst=dst, src=data, op0=_alu(op0), operand0=_scalar(operand0), reverse0=reverse0,
+                   op1=None if op1 is None else _alu(op1), operand1=None if operand1 is None else _scalar(operand1),
+                   reverse1=reverse1, engine=engine)
+
+
+def tensor_reduce(dst: View, data: View, op, axis, negate: bool = False, engine: Engine = Engine.VECTOR) -> None:
+    """Reduce over free ``axis`` (an int or tuple of tile dims, 1 = first free dim)."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if any(a < 1 or a >= data.ndim for a in axes):
+        raise KernelError(f"tensor_reduce axis {axis} must name free dims 1..{data.ndim - 1} of {data!r}")
+    builder().emit(hal.TensorReduce, dst=dst, src=data, op=_alu(op), axes=tuple(a - 1 for a in axes), negate=negate,
+                   engine=engine)
+
+
+def tensor_copy(dst: View, src: View, engine: Engine = Engine.VECTOR) -> None:
+    builder().emit(hal.TensorCopy, dst=dst, src=src, engine=engine)
+
+
+def memset(dst: View, value, engine: Engine = Engine.VECTOR) -> None:
+    builder().emit(hal.Memset, dst=dst, value=float(value), engine=engine)
+
+
+def iota(dst: View, steps, offset: int = 0, channel_multiplier: int = 0) -> None:
+    """dst[p, i...] = offset + channel_multiplier * p + sum(steps[d] * i[d])."""
+    builder().emit(hal.Iota, dst=dst, steps=tuple(int(s) for s in steps), offset=int(offset),
+                   channel_multiplier=int(channel_multiplier))
+
+
+def affine_select(dst: View, data: View, steps, cmp_op, on_false_value, offset: int = 0,
+                  channel_multiplier: int = 0) -> None:
+    """dst = data where cmp_op(offset + channel_multiplier * p + sum(steps[d] * i[d]), 0) else on_false_value."""
+    builder().emit(hal.AffineSelect, dst=dst, src=data, steps=tuple(int(s) for s in steps), cmp=_alu(cmp_op),
+                   false_value=float(on_false_value), offset=int(offset), channel_multiplier=int(channel_multiplier))
+
+
+def select(dst: View, predicate: View, on_true: View, on_false) -> None:
+    builder().emit(hal.Select, dst=dst, predicate=predicate, on_true=on_true, on_false=_scalar(on_false))
+
+
+def partition_reduce(dst: View, data: View, op) -> None:
+    builder().emit(hal.PartitionReduce, dst=dst, src=data, op=_alu(op))
+
+
+def partition_broadcast(dst: View, data: View) -> None:
+    builder().emit(hal.PartitionBroadcast, dst=dst, src=data)
+
+
+def _queue(queue: int | None) -> int:
+    b = builder()
+    if queue is not None:
+        return int(queue)
+    b.next_queue += 1
+    return (b.next_queue - 1) % b.profile.dma_queues  # round robin: independent transfers proceed in parallel
+
+
+def dma_copy(dst: View, src: View, queue: int | None = None) -> None:
+    builder().emit(hal.DmaCopy, dst=dst, src=src, queue=_queue(queue))
+
+
+def dma_gather(dst: View, src: View, index: View, queue: int | None = None) -> None:
+    """dst[p, :] = src[index[p, 0], :] (src an HBM table)."""
+    builder().emit(hal.DmaGather, dst=dst, src=src, index=index, queue=_queue(queue))
+
+
+def dma_scatter(dst: View, src: View, index: View, accumulate: bool = False, queue: int | None = None) -> None:
+    """dst[index[p, 0], :] = src[p, :] (``accumulate``: +=) into an HBM table."""
+    builder().emit(hal.DmaScatter, dst=dst, src=src, index=index, accumulate=accumulate, queue=_queue(queue))

@@ -1,0 +1,137 @@
+"""``@kernel``: trace a Python tile function into an ISA Program per signature, and run it.
+
+Array arguments become HBM input tensors (named after the parameters); other arguments are
+compile-time constants and part of the cache key. Tensors the kernel creates with
+``nl.ndarray(..., buffer=nl.hbm)`` and returns are its outputs.
+
+``kernel(*numpy_arrays)`` runs on a device through neuron_hal (the selected driver, device 0) and
+returns numpy outputs; ``kernel.last_report`` holds the execution report (device time,
+utilization). ``kernel.trace(*specs)`` returns the Program without running it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_hal import DType, ExecutionReport, Profile, Program, get_driver, get_profile
+
+from .errors import KernelError
+from .tensors import View
+from .tracer import Builder
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and dtype of an HBM argument, for tracing without data."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @classmethod
+    def of(cls, x) -> TensorSpec:
+        if isinstance(x, TensorSpec):
+            return x
+        return cls(tuple(int(s) for s in x.shape), DType.of(x.dtype))
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, TensorSpec | np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+class Kernel:
+    def __init__(self, fn, name: str | None = None):
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.signature = inspect.signature(fn)
+        self._programs: dict[tuple, Program] = {}
+        self.last_report: ExecutionReport | None = None
+        functools.update_wrapper(self, fn)
+
+    def _bind(self, args, kwargs) -> inspect.BoundArguments:
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    def _key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
+        parts = []
+        for name, v in bound.arguments.items():
+            parts.append((name, TensorSpec.of(v)) if _is_tensor(v) else (name, "const", _freeze(v)))
+        return (profile.name, tuple(parts))
+
+    def trace(self, *args, profile: Profile | str | None = None, **kwargs) -> Program:
+        """The Program for these argument shapes/dtypes (arrays or TensorSpecs) and constants; cached."""
+        prof = profile if isinstance(profile, Profile) else get_profile(profile)
+        bound = self._bind(args, kwargs)
+        key = self._key(bound, prof)
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self._trace(bound, prof)
+        return program
+
+    def _trace(self, bound: inspect.BoundArguments, profile: Profile) -> Program:
+        with Builder(self.name, profile) as b:
+            call = {}
+            for name, v in bound.arguments.items():
+                call[name] = b.tensor(name, *_spec(v), "in") if _is_tensor(v) else v
+            result = self.fn(**call)
+            outs = result if isinstance(result, tuple) else () if result is None else (result,)
+            for o in outs:
+                if not (isinstance(o, View) and not o.on_chip and o.owner.role == "out"):
+                    raise KernelError(f"kernel {self.name!r} must return HBM tensors made with "
+                                      f"nl.ndarray(..., buffer=nl.hbm), got {o!r}")
+            program = b.program()
+        program.meta["outputs"] = [o.owner.index for o in outs]
+        return program
+
+    def __call__(self, *args, device: int = 0, driver=None, **kwargs):
+        drv = driver or get_driver()
+        program = self.trace(*args, profile=drv.profile, **kwargs)
+        arrays = {name: v for name, v in self._bind(args, kwargs).arguments.items() if _is_tensor(v)}
+        addresses, results = [], {}
+        try:
+            for arg in program.args:
+                if arg.role == "scratch":
+                    continue
+                addresses.append(drv.alloc(device, arg.nbytes))
+                if arg.role in ("in", "inout"):
+                    drv.write(device, addresses[-1], np.ascontiguousarray(arrays[arg.name], dtype=arg.dtype.numpy))
+            self.last_report = drv.execute(device, drv.load(device, program), addresses)
+            given = [a for a in program.args if a.role != "scratch"]
+            for arg, address in zip(given, addresses):
+                if arg.role in ("out", "inout"):
+                    results[arg.name] = out = np.empty(arg.shape, arg.dtype.numpy)
+                    drv.read(device, address, out)
+                    if arg.role == "inout":
+                        np.copyto(arrays[arg.name], out, casting="unsafe")
+        finally:
+            for address in addresses:
+                drv.free(device, address)
+        outs = tuple(results[program.args[i].name] for i in program.meta["outputs"])
+        return outs[0] if len(outs) == 1 else (outs or None)
+
+
+def _spec(v) -> tuple[tuple[int, ...], DType]:
+    s = TensorSpec.of(v)
+    return s.shape, s.dtype
+
+
+def _freeze(v):
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    return v
+
+
+def kernel(fn=None, *, name: str | None = None):
+    """Decorator: ``@kernel`` or ``@kernel(name=...)``."""
+    if fn is None:
+        return lambda f: Kernel(f, name)
+    return Kernel(fn, name)
+
+
+jit = kernel

@@ -1,0 +1,191 @@
+"""What a kernel holds while it is traced: HBM tensors, on-chip tiles, and views of both.
+
+A view knows its element offset and its (size, stride) dims. Its ``ap()`` is the access pattern an
+instruction uses: the first dim is the partition dim (rows for HBM), the rest the free pattern.
+On-chip tiles are placed in SBUF/PSUM after tracing (see :mod:`.alloc`), so their views carry the
+buffer and an offset relative to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from neuron_hal import AP, DType, Space
+
+from .errors import KernelError
+
+
+@dataclass(eq=False)
+class Buffer:
+    """One on-chip allocation: ``partitions`` x ``nbytes`` per partition in ``space``."""
+
+    space: Space
+    partitions: int
+    nbytes: int
+    name: str
+    where: str  # source line that created it
+    pool: tuple | None = None  # (call site, bufs) for tiles that rotate through a fixed ring
+    base: int | None = None  # byte offset in each partition, set by the allocator
+    id: int = field(default=-1)
+
+
+class View:
+    """A strided window onto an HBM tensor or an on-chip buffer."""
+
+    def __init__(self, owner, dtype: DType, offset: int, dims: tuple[tuple[int, int], ...]):
+        self.owner, self.dtype, self.offset, self.dims = owner, dtype, offset, tuple(dims)
+
+    # -- shape ----------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(s for s, _ in self.dims)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def on_chip(self) -> bool:
+        return isinstance(self.owner, Buffer)
+
+    @property
+    def space(self) -> Space:
+        return self.owner.space if self.on_chip else Space.HBM
+
+    def __len__(self) -> int:
+        return self.dims[0][0]
+
+    def __repr__(self) -> str:
+        where = self.owner.name
+        return f"{type(self).__name__}({where}, shape={list(self.shape)}, {self.dtype})"
+
+    # -- indexing -------------------------------------------------------------------------------
+    def __getitem__(self, key) -> View:
+        if not isinstance(key, tuple):
+            key = (key,)
+        if key.count(Ellipsis) > 1:
+            raise KernelError(f"{self!r}: only one ... allowed in an index")
+        if Ellipsis in key:
+            i = key.index(Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - len(key) + 1) + key[i + 1 :]
+        if len(key) > self.ndim:
+            raise KernelError(f"{self!r}: {len(key)} indices for {self.ndim} dims")
+        offset, dims = self.offset, []
+        for d, (size, stride) in enumerate(self.dims):
+            k = key[d] if d < len(key) else slice(None)
+            if isinstance(k, DynSlice):
+                k = slice(k.start, k.start + k.size)
+            if isinstance(k, slice):
+                start, stop, step = k.indices(size)
+                if step <= 0:
+                    raise KernelError(f"{self!r}: slice step must be positive, got {step}")
+                n = max(0, -(-(stop - start) // step))
+                offset += start * stride
+                dims.append((n, stride * step))
+            else:
+                i = int(k)
+                i = i + size if i < 0 else i
+                if not 0 <= i < size:
+                    raise KernelError(f"{self!r}: index {k} out of range for dim {d} of size {size}")
+                if d == 0 and self.on_chip:
+                    raise KernelError(f"{self!r}: an on-chip tile keeps its partition dim; slice it (p:p+1)")
+                offset += i * stride
+        return type(self)(self.owner, self.dtype, offset, tuple(dims))
+
+    def reshape(self, *shape) -> View:
+        """Reshape a contiguous view (row-major), like numpy's reshape without copies."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape = tuple(math.prod(self.shape) // known if s == -1 else s for s in shape)
+        if math.prod(shape) != math.prod(self.shape):
+            raise KernelError(f"{self!r}: cannot reshape {list(self.shape)} to {list(shape)}")
+        if not self._contiguous():
+            raise KernelError(f"{self!r}: only a contiguous view can be reshaped")
+        if self.on_chip:
+            if shape[0] != self.shape[0]:
+                raise KernelError(f"{self!r}: reshaping a tile keeps its partition dim ({self.shape[0]})")
+            dims = (self.dims[0],) + _row_major(shape[1:])
+        else:
+            dims = _row_major(shape)
+        return type(self)(self.owner, self.dtype, self.offset, dims)
+
+    def _contiguous(self) -> bool:
+        dims = self.dims[1:] if self.on_chip else self.dims
+        expect = 1
+        for size, stride in reversed(dims):
+            if size != 1 and stride != expect:
+                return False
+            expect *= size
+        return True
+
+    def with_dtype(self, dtype) -> View:
+        """Reinterpret with another dtype of the same size (a bitcast)."""
+        dt = DType.of(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise KernelError(f"{self!r}: bitcast to {dt} changes the element size")
+        return type(self)(self.owner, dt, self.offset, self.dims)
+
+    # -- access pattern -------------------------------------------------------------------------
+    def ap(self) -> AP:
+        if not self.dims:
+            raise KernelError(f"{self!r}: a 0-d view has no partition dim; index with a slice")
+        (parts, pstride), free = self.dims[0], self.dims[1:]
+        if len(free) > 4:
+            raise KernelError(f"{self!r}: {len(free)} free dims, the hardware has 4")
+        if self.on_chip:
+            if parts > 1 and pstride != _FAR:
+                raise KernelError(f"{self!r}: partitions cannot be strided; an instruction spans consecutive ones")
+            return AP(self.owner.space, self.dtype, parts, free, start_partition=self.offset // _FAR,
+                      offset=(self.offset % _FAR) * self.dtype.itemsize)
+        return AP(Space.HBM, self.dtype, parts, free, offset=self.offset * self.dtype.itemsize,
+                  partition_stride=pstride, tensor=self.owner.index)
+
+
+# On-chip views encode the start partition in the offset: partition p, element e -> p * _FAR + e.
+_FAR = 1 << 40
+
+
+def _row_major(shape, inner_stride: int = 1) -> tuple[tuple[int, int], ...]:
+    dims, acc = [], inner_stride
+    for s in reversed(shape):
+        dims.append((s, acc))
+        acc *= s
+    return tuple(reversed(dims))
+
+
+class HBMTensor(View):
+    """A kernel argument or output in HBM."""
+
+
+class Tile(View):
+    """An on-chip tile: partition dim first (<= 128), free dims after."""
+
+
+@dataclass(eq=False)
+class TensorHandle:
+    """The HBM tensor a view belongs to: a program argument."""
+
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    role: str
+
+
+def hbm_tensor(handle: TensorHandle) -> HBMTensor:
+    return HBMTensor(handle, handle.dtype, 0, _row_major(handle.shape))
+
+
+def tile_of(buffer: Buffer, shape, dtype: DType) -> Tile:
+    free = _row_major(shape[1:])
+    return Tile(buffer, dtype, 0, ((shape[0], _FAR),) + free)
+
+
+@dataclass(frozen=True)
+class DynSlice:
+    """``nl.ds(start, size)``: a slice by start and size."""
+
+    start: int
+    size: int
