@@ -1,0 +1,225 @@
+"""Per-instruction cost formulas of the timing model, vectorized over the instructions of one opcode.
+
+Each formula returns engine cycles (float) for an array of instructions. Every number comes from the
+:class:`~neuron_hal.Profile`; the formulas are the documented NKI estimates (reference §3) with the
+choices written down in the package README ("Timing model"). N is the destination's elements per
+partition unless a formula says otherwise.
+
+Operands reach the formulas as :class:`Opnd` columns: one entry per instruction of the group, with
+``present`` False where the field holds an immediate or None. Sequence-dependent parts (LoadStationary
+reuse on TensorE, the dependent-issue floor, DMA contention) live in :mod:`.timing`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_hal.isa import Alu
+
+SBUF, PSUM, HBM, ABSENT = 0, 1, 2, -1  # space codes of Opnd.space
+
+ALU_CODES = {op: k for k, op in enumerate(Alu)}
+
+
+@dataclass
+class Opnd:
+    """One AP-valued field of a group of instructions, as columns (one row per instruction)."""
+
+    present: np.ndarray  # bool: the field holds an AP
+    space: np.ndarray  # int8: SBUF / PSUM / HBM / ABSENT
+    itemsize: np.ndarray  # int64 bytes per element
+    f16: np.ndarray  # bool: bfloat16 or float16
+    bf16: np.ndarray  # bool
+    fp32: np.ndarray  # bool
+    partitions: np.ndarray  # int64
+    n: np.ndarray  # int64 elements per partition (free size)
+    inner_size: np.ndarray  # int64 size of the innermost free dim of size > 1 (1 if none)
+    inner_stride: np.ndarray  # int64 its stride in elements (0 if none)
+
+    @property
+    def on_chip(self) -> np.ndarray:
+        return (self.space == SBUF) | (self.space == PSUM)
+
+    @property
+    def sbuf(self) -> np.ndarray:
+        return self.space == SBUF
+
+    @property
+    def psum(self) -> np.ndarray:
+        return self.space == PSUM
+
+    @property
+    def contiguous(self) -> np.ndarray:
+        """Unit stride along the innermost free dim that has more than one element."""
+        return (self.inner_size <= 1) | (self.inner_stride == 1)
+
+    def strided(self, profile) -> np.ndarray:
+        """The stride penalty condition: innermost stride >= stride_penalty_bytes on chip."""
+        nbytes = np.abs(self.inner_stride) * self.itemsize
+        return self.present & self.on_chip & (self.inner_size > 1) & (nbytes >= profile.stride_penalty_bytes)
+
+    @property
+    def num_elements(self) -> np.ndarray:
+        return self.partitions * self.n
+
+
+def _penalty(ops: dict[str, Opnd], profile) -> np.ndarray:
+    """2 where any on-chip operand pays the stride penalty, else 1 (multiplies the N-dependent term)."""
+    hit = None
+    for o in ops.values():
+        s = o.strided(profile)
+        hit = s if hit is None else hit | s
+    return np.where(hit, 2.0, 1.0)
+
+
+def _floor(cycles, profile) -> np.ndarray:
+    return np.maximum(float(profile.min_ii), cycles)
+
+
+def _op_in(op: np.ndarray, *alus: Alu) -> np.ndarray:
+    return np.isin(op, [ALU_CODES[a] for a in alus])
+
+
+# Engine codes used by the formulas (same numbering as timing.ENGINE_CODES).
+TENSOR, VECTOR, SCALAR, GPSIMD, SYNC = 0, 1, 2, 3, 4
+
+
+# ---- TensorE ----------------------------------------------------------------------------------
+def matmul(ops, extra, engine, profile):
+    """(II, LoadStationary) in TensorE cycles: II = max(min(mm_init_latency, M), N_moving),
+    LS = ceil(M / fast_load_stationary_factor); both x matmul_fp32_factor for fp32 inputs."""
+    st, mv = ops["stationary"], ops["moving"]
+    factor = np.where(st.fp32 | mv.fp32, float(profile.matmul_fp32_factor), 1.0)
+    m = st.n.astype(np.float64)
+    ii = np.maximum(np.minimum(float(profile.mm_init_latency), m), mv.n) * factor
+    ls = np.ceil(m / profile.fast_load_stationary_factor) * factor
+    return ii, ls
+
+
+def transpose(ops, extra, engine, profile):
+    """TensorE: max(P, min(mm_init_latency, F)) of src; VectorE: max(MIN_II, N)."""
+    src, dst = ops["src"], ops["dst"]
+    pe = np.maximum(src.partitions, np.minimum(profile.mm_init_latency, src.n)).astype(np.float64)
+    vec = _floor(dst.n * _penalty(ops, profile), profile)
+    return np.where(engine == TENSOR, pe, vec)
+
+
+# ---- Vector / Scalar / GpSimd -----------------------------------------------------------------
+def activation(ops, extra, engine, profile):
+    """max(MIN_II, N), plus act_read_accumulator_cycles with reduce_dst."""
+    cycles = _floor(ops["dst"].n * _penalty(ops, profile), profile)
+    return cycles + np.where(ops["reduce_dst"].present, float(profile.act_read_accumulator_cycles), 0.0)
+
+
+def tensor_tensor(ops, extra, engine, profile):
+    """N when one input is in PSUM and the other in SBUF, or all operands 16-bit float, both inputs in SBUF,
+    op add/subtract/multiply, unit innermost stride; else 2N; floored at MIN_II."""
+    dst, a, b = ops["dst"], ops["a"], ops["b"]
+    split = (a.psum & b.sbuf) | (a.sbuf & b.psum)
+    fast16 = (dst.f16 & a.f16 & b.f16 & a.sbuf & b.sbuf & _op_in(extra["op"], Alu.add, Alu.subtract, Alu.multiply)
+              & dst.contiguous & a.contiguous & b.contiguous)
+    per_elem = np.where(split | fast16, 1.0, 2.0)
+    return _floor(per_elem * dst.n * _penalty(ops, profile), profile)
+
+
+def _copy_like(ops, extra, engine, profile):
+    """max(MIN_II, N / f): f from the VectorE perf modes or ScalarE 16-bit mode (streamed operands dst, src)."""
+    dst, src = ops["dst"], ops["src"]
+    all16 = dst.f16 & src.f16
+    full = all16 & dst.sbuf & src.sbuf & dst.contiguous & src.contiguous
+    vec_f = np.where(full, float(profile.vector_perf_copy_factor),
+                     np.where(all16, float(profile.vector_perf_copy_partial_factor), 1.0))
+    sca_f = np.where(all16, float(profile.scalar_perf_factor), 1.0)
+    f = np.where(engine == VECTOR, vec_f, np.where(engine == SCALAR, sca_f, 1.0))
+    return _floor(dst.n * _penalty(ops, profile) / f, profile)
+
+
+tensor_scalar = _copy_like
+tensor_copy = _copy_like
+
+
+def tensor_reduce(ops, extra, engine, profile):
+    """N/2 when src and dst are bfloat16 and op is add or max, else N; N = src elements per partition."""
+    src, dst = ops["src"], ops["dst"]
+    half = src.bf16 & dst.bf16 & _op_in(extra["op"], Alu.add, Alu.max)
+    return _floor(np.where(half, 0.5, 1.0) * src.n * _penalty(ops, profile), profile)
+
+
+def memset(ops, extra, engine, profile):
+    """N/2 when the value is 0 and dst is 16-bit float, else N; floored at MIN_II."""
+    dst = ops["dst"]
+    half = (extra["value"] == 0) & dst.f16
+    return _floor(np.where(half, 0.5, 1.0) * dst.n * _penalty(ops, profile), profile)
+
+
+def gpsimd_pattern(ops, extra, engine, profile):
+    """iota / affine_select: gpsimd_start + N (no MIN_II floor)."""
+    return profile.gpsimd_start + ops["dst"].n * _penalty(ops, profile)
+
+
+iota = gpsimd_pattern
+affine_select = gpsimd_pattern
+
+
+def select(ops, extra, engine, profile):
+    """N when predicate and on_true are split between SBUF and PSUM, else 2N; floored at MIN_II."""
+    pred, on_true = ops["predicate"], ops["on_true"]
+    split = (pred.psum & on_true.sbuf) | (pred.sbuf & on_true.psum)
+    return _floor(np.where(split, 1.0, 2.0) * ops["dst"].n * _penalty(ops, profile), profile)
+
+
+def _tree_passes(partitions: np.ndarray) -> np.ndarray:
+    """[INFERRED] a reduction/broadcast tree over P partitions takes ceil(log2 P) passes (at least 1)."""
+    p = np.maximum(partitions, 1).astype(np.float64)
+    return np.maximum(1.0, np.ceil(np.log2(p)))
+
+
+def partition_reduce(ops, extra, engine, profile):
+    """[INFERRED] gpsimd_start + N * ceil(log2 P), P = src partitions."""
+    return profile.gpsimd_start + ops["dst"].n * _penalty(ops, profile) * _tree_passes(ops["src"].partitions)
+
+
+def partition_broadcast(ops, extra, engine, profile):
+    """[INFERRED] gpsimd_start + N * ceil(log2 P), P = dst partitions."""
+    return profile.gpsimd_start + ops["dst"].n * _penalty(ops, profile) * _tree_passes(ops["dst"].partitions)
+
+
+COMPUTE = {
+    "nc_transpose": transpose,
+    "activation": activation,
+    "tensor_tensor": tensor_tensor,
+    "tensor_scalar": tensor_scalar,
+    "tensor_reduce": tensor_reduce,
+    "tensor_copy": tensor_copy,
+    "memset": memset,
+    "iota": iota,
+    "affine_select": affine_select,
+    "select": select,
+    "partition_reduce": partition_reduce,
+    "partition_broadcast": partition_broadcast,
+}
+
+
+# ---- DMA --------------------------------------------------------------------------------------
+def dma(opcode: str, ops, profile):
+    """(bytes, engines, bytes per ns per engine) of each DMA instruction.
+
+    bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies and gathers, src for
+    scatters (the table side of an indirect DMA is the whole table). Engines: min(dma_engines,
+    ceil(P / dma_partitions_per_engine)) for the widest on-chip side, all dma_engines for HBM<->HBM.
+    Bandwidth per engine: dma_engine_bytes_per_ns, capped at hbm_gbps_per_core / dma_engines when HBM is
+    involved.
+    """
+    dst, src = ops["dst"], ops["src"]
+    tile = src if opcode == "dma_scatter" else dst
+    nbytes = tile.num_elements * np.maximum(dst.itemsize, src.itemsize)
+    on_chip_p = np.maximum(np.where(dst.on_chip, dst.partitions, 0), np.where(src.on_chip, src.partitions, 0))
+    ppe = profile.dma_partitions_per_engine
+    engines = np.where(on_chip_p > 0, np.minimum(profile.dma_engines, -(-on_chip_p // ppe)), profile.dma_engines)
+    engines = np.maximum(engines, 1)
+    hbm = (dst.space == HBM) | (src.space == HBM)
+    capped = min(profile.dma_engine_bytes_per_ns, profile.hbm_gbps_per_core / profile.dma_engines)
+    bw = np.where(hbm, capped, float(profile.dma_engine_bytes_per_ns))
+    return nbytes.astype(np.int64), engines.astype(np.int64), bw.astype(np.float64)
