@@ -34,8 +34,9 @@ def lint(session):
 def bench(session):
     """Print `bench <name>: <value> <unit>` lines (SCALE-Sim runs in its own venv under .bench/)."""
     install(session)
-    session.run("python", "bench/run.py", *session.posargs,
-                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
+    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")}
+    session.run("python", "bench/run.py", *session.posargs, env=env)
+    session.run("python", "bench/kernels.py", env=env)
 
 
 @nox.session(python=PYTHON)

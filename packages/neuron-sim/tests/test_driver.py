@@ -117,3 +117,14 @@ def test_rule_violations_surface_at_load():
                                           AP.sbuf("bfloat16", 128, (600,)))])
     with pytest.raises(ProgramError, match="moving free size"):
         drv.load(0, prog)
+
+
+def test_estimate_gives_timing_without_running():
+    drv = SimDriver(TRN2)
+    prog = tiled_gemm(TRN2, 256, 512, 256)
+    loaded = drv.load(0, prog)
+    est = drv.estimate(0, loaded)
+    addrs = [drv.alloc(0, a.nbytes) for a in prog.args]
+    ran = drv.execute(0, loaded, addrs)
+    assert est.device_ns == pytest.approx(ran.device_ns) and est.start_ns == 0
+    assert drv.timeline(0, 0) == pytest.approx(ran.end_ns)  # estimate did not advance the queue

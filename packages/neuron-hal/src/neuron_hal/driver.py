@@ -144,6 +144,11 @@ class Driver(abc.ABC):
     def timeline(self, device: int, queue: int = 0) -> float:
         """Device time (ns) at which everything submitted to ``queue`` so far completes."""
 
+    def estimate(self, device: int, loaded) -> ExecutionReport | None:
+        """Device time of a loaded program from the driver's cost model, without running it or
+        advancing any queue; None for drivers that can only measure by running (hardware)."""
+        return None
+
     def map(self, device: int, address: int, nbytes: int) -> memoryview | None:
         """A host view of device memory, or None where the device's memory is not host-mappable."""
         return None

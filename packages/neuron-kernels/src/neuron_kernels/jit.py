@@ -7,6 +7,11 @@ compile-time constants and part of the cache key. Tensors the kernel creates wit
 ``kernel(*numpy_arrays)`` runs on a device through neuron_hal (the selected driver, device 0) and
 returns numpy outputs; ``kernel.last_report`` holds the execution report (device time,
 utilization). ``kernel.trace(*specs)`` returns the Program without running it.
+
+Tunables: ``@kernel(tunables={"tile_n": (512, 256, 128)}, version=1)`` declares keyword
+parameters (with defaults in the signature) the autotuner may choose. When a call does not pass
+them, the best configuration recorded by the autotuner for this kernel version, signature and
+profile is used, else the defaults. Bump ``version`` when a change invalidates tuned choices.
 """
 
 from __future__ import annotations
@@ -43,18 +48,43 @@ def _is_tensor(x) -> bool:
 
 
 class Kernel:
-    def __init__(self, fn, name: str | None = None):
+    def __init__(self, fn, name: str | None = None, tunables: dict | None = None, version: int = 1):
         self.fn = fn
         self.name = name or fn.__name__
         self.signature = inspect.signature(fn)
+        self.tunables = {k: tuple(v) for k, v in (tunables or {}).items()}
+        self.version = version
+        for k, choices in self.tunables.items():
+            p = self.signature.parameters.get(k)
+            if p is None or p.default is inspect.Parameter.empty:
+                raise KernelError(f"kernel {self.name!r}: tunable {k!r} needs a keyword parameter with a default")
+            if not choices:
+                raise KernelError(f"kernel {self.name!r}: tunable {k!r} has no choices")
         self._programs: dict[tuple, Program] = {}
         self.last_report: ExecutionReport | None = None
         functools.update_wrapper(self, fn)
 
-    def _bind(self, args, kwargs) -> inspect.BoundArguments:
+    def _bind(self, args, kwargs, profile: Profile) -> inspect.BoundArguments:
         bound = self.signature.bind(*args, **kwargs)
+        missing = [k for k in self.tunables if k not in bound.arguments]
+        if missing:
+            from .autotune import best_config  # the tuner's on-disk choices
+
+            chosen = best_config(self, self.signature_key(bound, profile), profile) or {}
+            for k in missing:
+                if k in chosen:
+                    bound.arguments[k] = chosen[k]
         bound.apply_defaults()
         return bound
+
+    def signature_key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
+        """What a tuned choice is keyed by: kernel, version, profile, shapes/dtypes and constants."""
+        parts = []
+        for name, v in bound.arguments.items():
+            if name in self.tunables:
+                continue
+            parts.append((name, TensorSpec.of(v)) if _is_tensor(v) else (name, "const", _freeze(v)))
+        return (self.name, self.version, profile.name, tuple(parts))
 
     def _key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
         parts = []
@@ -65,7 +95,7 @@ class Kernel:
     def trace(self, *args, profile: Profile | str | None = None, **kwargs) -> Program:
         """The Program for these argument shapes/dtypes (arrays or TensorSpecs) and constants; cached."""
         prof = profile if isinstance(profile, Profile) else get_profile(profile)
-        bound = self._bind(args, kwargs)
+        bound = self._bind(args, kwargs, prof)
         key = self._key(bound, prof)
         program = self._programs.get(key)
         if program is None:
@@ -90,7 +120,7 @@ class Kernel:
     def __call__(self, *args, device: int = 0, driver=None, **kwargs):
         drv = driver or get_driver()
         program = self.trace(*args, profile=drv.profile, **kwargs)
-        arrays = {name: v for name, v in self._bind(args, kwargs).arguments.items() if _is_tensor(v)}
+        arrays = {name: v for name, v in self._bind(args, kwargs, drv.profile).arguments.items() if _is_tensor(v)}
         addresses, results = [], {}
         try:
             for arg in program.args:
@@ -127,11 +157,11 @@ def _freeze(v):
     return v
 
 
-def kernel(fn=None, *, name: str | None = None):
-    """Decorator: ``@kernel`` or ``@kernel(name=...)``."""
+def kernel(fn=None, *, name: str | None = None, tunables: dict | None = None, version: int = 1):
+    """Decorator: ``@kernel`` or ``@kernel(name=..., tunables={...}, version=...)``."""
     if fn is None:
-        return lambda f: Kernel(f, name)
-    return Kernel(fn, name)
+        return lambda f: Kernel(f, name, tunables, version)
+    return Kernel(fn, name, tunables, version)
 
 
 jit = kernel

@@ -36,6 +36,20 @@ class SimDriver(EmulatedDriver):
     def _prepare(self, program):
         return prepare_timing(program, self.profile)
 
+    def estimate(self, device, loaded):
+        self._device(device)
+        return self._report(device, loaded, run_timing(loaded.state, 0.0), False)
+
+    def _report(self, device, loaded, timing, trace):
+        program = loaded.program
+        report = ExecutionReport(
+            program.name, device, 0, timing.start_ns, timing.end_ns, len(program.instructions),
+            dict(timing.engine_busy_ns), dict(timing.engine_instructions), self._clocks, timing.dma_bytes,
+        )
+        if trace:
+            report.trace = chrome_trace(program, loaded.state, timing, device)
+        return report
+
     def _run(self, device, loaded, addresses, start_ns, trace):
         program, plan = loaded.program, loaded.state
         if self.values:
@@ -44,11 +58,4 @@ class SimDriver(EmulatedDriver):
                 run_values(program, self.hbm, addresses, core, self.profile)
             finally:
                 core.repoison()  # every program starts from poisoned SBUF/PSUM, as after a fresh load
-        timing = run_timing(plan, start_ns, want_events=trace)
-        report = ExecutionReport(
-            program.name, device, 0, start_ns, timing.end_ns, len(program.instructions),
-            dict(timing.engine_busy_ns), dict(timing.engine_instructions), self._clocks, timing.dma_bytes,
-        )
-        if trace:
-            report.trace = chrome_trace(program, plan, timing, device)
-        return report
+        return self._report(device, loaded, run_timing(plan, start_ns, want_events=trace), trace)

@@ -1,0 +1,63 @@
+"""Kernel library benchmarks on a simulated core: device time and fraction of roofline, default and tuned.
+
+One line per case and configuration:
+    bench kernel <name> <shape> <dtype>: <us> us, <pct>% of roofline
+Device time comes from the driver's cost model (``Driver.estimate``), never from constants in a kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pathlib
+import pkgutil
+import sys
+
+from neuron_hal import get_driver, get_profile
+from neuron_kernels import roofline
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def cases():
+    sys.path.insert(0, str(HERE))
+    import kernel_cases
+
+    for mod in pkgutil.iter_modules(kernel_cases.__path__):
+        yield from importlib.import_module(f"kernel_cases.{mod.name}").CASES
+
+
+def measure(driver, case, **overrides) -> float:
+    program = case.kernel.trace(*case.args, profile=driver.profile, **case.kwargs, **overrides)
+    return driver.estimate(0, driver.load(0, program)).device_ns
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default=None)
+    ap.add_argument("--only", default=None, help="run only families whose name contains this")
+    ap.add_argument("--no-tune", action="store_true")
+    args = ap.parse_args(argv)
+    profile = get_profile(args.profile)
+    driver = get_driver("sim", profile)
+    for case in cases():
+        if args.only and args.only not in case.family:
+            continue
+        ideal = (roofline.tensor_ns(profile, case.work, case.dtype) if case.roofline == "tensor"
+                 else roofline.dma_ns(profile, case.work))
+        label = f"bench kernel {case.family} {case.shape} {case.dtype}"
+        configs = [("", {})]
+        if case.kernel.tunables and not args.no_tune:
+            from neuron_kernels.autotune import tune
+
+            best = tune(case.kernel, *case.args, profile=profile, driver=driver, **case.kwargs)
+            configs.append((" tuned", best))
+        for suffix, config in configs:
+            ns = measure(driver, case, **config)
+            print(f"{label}{suffix}: {ns / 1e3:.2f} us, {100 * roofline.fraction(ideal, ns):.1f}% of roofline",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The kernel library: one module per family. Each public kernel is an ``@nk.kernel`` function."""
