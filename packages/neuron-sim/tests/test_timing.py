@@ -363,8 +363,13 @@ def test_field_roles_match_reads_and_writes():
 
 
 # ---- DMA ------------------------------------------------------------------------------------------------
-def dma_alone_ns(p, nbytes, engines, bw):
-    return p.dma_issue_ns + p.dma_fixed_ns + nbytes / engines / bw
+def dma_transfer_ns(p, nbytes, bw, runs):
+    """Engine time of a transfer: its bytes at the engine bandwidth plus a descriptor cost per contiguous run."""
+    return nbytes / bw + runs * p.dma_descriptor_ns
+
+
+def dma_alone_ns(p, nbytes, engines, bw, runs):
+    return p.dma_issue_ns + p.dma_fixed_ns + dma_transfer_ns(p, nbytes, bw, runs) / engines
 
 
 @pytest.mark.parametrize("p", PROFILES, ids=lambda p: p.name)
@@ -376,9 +381,10 @@ def test_dma_alone(p, parts, cols, dt):
     plan, res = time_one(ins, p, args)
     nbytes = parts * cols * DType.of(dt).itemsize
     engines = min(p.dma_engines, -(-parts // p.dma_partitions_per_engine))
-    assert res.end_ns == pytest.approx(dma_alone_ns(p, nbytes, engines, hbm_bw(p)), rel=1e-12)
+    assert res.end_ns == pytest.approx(dma_alone_ns(p, nbytes, engines, hbm_bw(p), parts), rel=1e-12)
     assert res.dma_bytes == nbytes
-    assert res.engine_busy_ns["dma"] == pytest.approx(nbytes / hbm_bw(p) / p.dma_engines, rel=1e-12)
+    busy = dma_transfer_ns(p, nbytes, hbm_bw(p), parts) / p.dma_engines
+    assert res.engine_busy_ns["dma"] == pytest.approx(busy, rel=1e-12)
     assert res.engine_instructions["dma"] == 1
 
 
@@ -388,17 +394,30 @@ def test_dma_single_engine_matches_measured_example():
     ins = isa.DmaCopy(AP.sbuf("float32", 1, (8192,)), AP.hbm(0, "float32", (1, 8192)))
     _, res = time_one(ins, p, [TensorArg("x", (1, 8192), "float32")])
     transfer = res.end_ns - p.dma_issue_ns - p.dma_fixed_ns
-    assert transfer == pytest.approx(32768 / hbm_bw(p))
+    assert transfer == pytest.approx(dma_transfer_ns(p, 32768, hbm_bw(p), 1))
     assert transfer == pytest.approx(1416, rel=0.05)
+
+
+def test_dma_short_runs_pay_per_descriptor():
+    """An element-granular transposing DMA costs a descriptor per element; a contiguous one per partition row."""
+    p = TRN2
+    args = [TensorArg("x", (128, 128), "bfloat16")]
+    contiguous = isa.DmaCopy(AP.sbuf("bfloat16", 128, (128,)), AP.hbm(0, "bfloat16", (128, 128)))
+    transposed = isa.DmaCopy(AP.sbuf("bfloat16", 128, (128,)),
+                             AP(Space.HBM, DType.bfloat16, 128, ((128, 128),), partition_stride=1, tensor=0))
+    fast, slow = time_one(contiguous, p, args)[1].end_ns, time_one(transposed, p, args)[1].end_ns
+    assert fast == pytest.approx(dma_alone_ns(p, 32768, 16, hbm_bw(p), 128))
+    assert slow == pytest.approx(dma_alone_ns(p, 32768, 16, hbm_bw(p), 128 * 128))
+    assert slow > 5 * (fast - p.dma_issue_ns - p.dma_fixed_ns)
 
 
 def test_dma_on_chip_hbm_to_hbm_cast_and_indirect():
     p = TRN2
     sb = isa.DmaCopy(AP.sbuf("bfloat16", 128, (256,), offset=8192), AP.sbuf("bfloat16", 128, (256,)))
-    assert time_one(sb, p)[1].end_ns == pytest.approx(dma_alone_ns(p, 65536, 16, p.dma_engine_bytes_per_ns))
+    assert time_one(sb, p)[1].end_ns == pytest.approx(dma_alone_ns(p, 65536, 16, p.dma_engine_bytes_per_ns, 128))
     args = [TensorArg("a", (64, 64), "float32"), TensorArg("b", (64, 64), "float32", "out")]
     hh = isa.DmaCopy(AP.hbm(1, "float32", (64, 64)), AP.hbm(0, "float32", (64, 64)))
-    assert time_one(hh, p, args)[1].end_ns == pytest.approx(dma_alone_ns(p, 16384, p.dma_engines, hbm_bw(p)))
+    assert time_one(hh, p, args)[1].end_ns == pytest.approx(dma_alone_ns(p, 16384, p.dma_engines, hbm_bw(p), 1))
     cast = isa.DmaCopy(AP.sbuf("bfloat16", 64, (64,)), AP.hbm(0, "float32", (64, 64)))  # 4 bytes per element
     assert time_one(cast, p, args)[1].dma_bytes == 64 * 64 * 4
     table = [TensorArg("t", (1000, 32), "float32"), TensorArg("i", (1,), "int32")]
@@ -406,7 +425,7 @@ def test_dma_on_chip_hbm_to_hbm_cast_and_indirect():
                            AP.sbuf("int32", 16, (1,), offset=4096))
     plan, res = time_one(gather, p, table)
     assert res.dma_bytes == 16 * 32 * 4  # the gathered tile, not the table
-    assert res.end_ns == pytest.approx(dma_alone_ns(p, 2048, 2, hbm_bw(p)))
+    assert res.end_ns == pytest.approx(dma_alone_ns(p, 2048, 2, hbm_bw(p), 16))
 
 
 def test_dma_queue_issue_dge_and_engine_contention():
@@ -419,7 +438,7 @@ def test_dma_queue_issue_dge_and_engine_contention():
     issue = p.dma_issue_ns
     # Queue 0 issues one at a time; two DGE units serve three queues: the 4th DMA waits for a DGE.
     assert list(res.start) == pytest.approx([0, issue, 0, issue])
-    chunk = 128 * 1024 * 4 / 16 / hbm_bw(p)
+    chunk = dma_transfer_ns(p, 128 * 1024 * 4, hbm_bw(p), 128) / 16
     first_data = issue + p.dma_fixed_ns
     # All four use all 16 engines: transfers queue FIFO on the engines in start order.
     ends = sorted(res.end)

@@ -85,6 +85,10 @@ class Profile:
     dma_issue_ns: float = _f("[NKI-ARCH-V3] HW DGE ~600 ns per DMA instruction; Trn1 [INFERRED] same")
     dma_dge_units: int = _f(
         "[NKI-ARCH-V3] 2 hardware DGEs per NeuronCore generate DMA descriptors; Trn1 [INFERRED] same")
+    dma_descriptor_ns: float = _f(
+        "[INFERRED] engine time per contiguous run (descriptor element): a 2 KiB run then moves at ~90% of the "
+        "engine's bandwidth and a 256 B run at ~50%, matching [DMA-BW] (>= 2 KiB per partition near peak, "
+        "< 256 B severely overhead-bound)")
     dma_partitions_per_engine: int = _f("[NKI-ARCH-V2][DMA-OV] 16 engines x 8 partitions cover 128")
 
     # HBM.
@@ -149,6 +153,7 @@ _COMMON = dict(
     fast_load_stationary_factor=4, dependent_issue_cycles=264, act_read_accumulator_cycles=64,
     stride_penalty_bytes=16, vector_reciprocal_factor=8, dma_dge_units=2,
     dma_engines=16, dma_queues=16, dma_fixed_ns=1300.0, dma_issue_ns=600.0, dma_partitions_per_engine=8,
+    dma_descriptor_ns=10.0,
     neuronlink_links=4, cc_hop_ns=1500.0,
 )
 

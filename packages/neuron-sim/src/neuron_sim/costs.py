@@ -37,6 +37,8 @@ class Opnd:
     n: np.ndarray  # int64 elements per partition (free size)
     inner_size: np.ndarray  # int64 size of the innermost free dim of size > 1 (1 if none)
     inner_stride: np.ndarray  # int64 its stride in elements (0 if none)
+    run: np.ndarray  # int64 elements of the innermost contiguous run of the free pattern
+    pstride: np.ndarray  # int64 elements between rows (HBM)
 
     @property
     def on_chip(self) -> np.ndarray:
@@ -222,4 +224,26 @@ def dma(opcode: str, ops, profile):
     hbm = (dst.space == HBM) | (src.space == HBM)
     capped = min(profile.dma_engine_bytes_per_ns, profile.hbm_gbps_per_core / profile.dma_engines)
     bw = np.where(hbm, capped, float(profile.dma_engine_bytes_per_ns))
+    # Each contiguous run is one descriptor element costing dma_descriptor_ns of engine time; folded into an
+    # effective bandwidth so a transfer of many short runs (e.g. element-granular transposes) is slow.
+    if opcode == "dma_copy":
+        runs = np.maximum(_runs(dst), _runs(src))
+    else:  # indirect: one table row per tile partition
+        table = dst if opcode == "dma_scatter" else src
+        runs = np.maximum(_runs(tile), tile.partitions * _per_row(table))
+    seconds = nbytes / bw + runs * profile.dma_descriptor_ns
+    bw = np.where(nbytes > 0, nbytes / np.maximum(seconds, 1e-30), bw)
     return nbytes.astype(np.int64), engines.astype(np.int64), bw.astype(np.float64)
+
+
+def _per_row(side: Opnd) -> np.ndarray:
+    return -(-np.maximum(side.n, 1) // np.maximum(side.run, 1))
+
+
+def _runs(side: Opnd) -> np.ndarray:
+    """Contiguous runs (descriptor elements) an operand splits a transfer into: one per partition row at
+    least on chip; HBM rows that continue each other merge into one run."""
+    per_row = _per_row(side)
+    whole_rows = (side.space == HBM) & (per_row == 1) & (side.pstride == side.n)
+    runs = np.where(whole_rows, 1, side.partitions * per_row)
+    return np.where(side.present, np.maximum(runs, 1), 0)

@@ -149,6 +149,7 @@ class _Free:
         self.n = np.empty(u, np.int64)
         self.inner_size = np.ones(u, np.int64)
         self.inner_stride = np.zeros(u, np.int64)
+        self.run = np.ones(u, np.int64)  # elements in the innermost contiguous run
         self.lo = np.zeros(u, np.int64)  # free_extent in elements
         self.hi = np.ones(u, np.int64)
         self.outer_size = np.ones((u, 3), np.int64)  # size>1 dims other than the innermost one
@@ -159,6 +160,12 @@ class _Free:
             hi = sum(max(0, (s - 1) * st) for s, st in free if s > 0)
             self.lo[k], self.hi[k] = lo, hi + 1
             dims = [(s, st) for s, st in free if s > 1]
+            run = 1
+            for s, st in reversed(dims):
+                if st != run:
+                    break
+                run *= s
+            self.run[k] = run
             if dims:
                 self.inner_size[k], self.inner_stride[k] = dims[-1]
                 for j, (s, st) in enumerate(dims[:-1]):
@@ -207,7 +214,8 @@ class _APs:
                     bf16=present & _DT_BF16[dt], fp32=present & _DT_FP32[dt],
                     partitions=col(self.partitions, 0), n=col(self.n, 0),
                     inner_size=col(self.free.inner_size[self.fid], 1),
-                    inner_stride=col(self.free.inner_stride[self.fid], 0))
+                    inner_stride=col(self.free.inner_stride[self.fid], 0),
+                    run=col(self.free.run[self.fid], 1), pstride=col(self.pstride, 0))
 
 
 _CLASSES = tuple(isa.OPCODES.values())
