@@ -1,0 +1,86 @@
+"""Views of HBM tensors and tiles index like numpy, and their access patterns address the same elements."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import neuron_kernels as nk
+from neuron_hal import DType
+from neuron_kernels import KernelError, TensorSpec
+from neuron_kernels import language as nl
+from neuron_kernels.tensors import TensorHandle, hbm_tensor
+
+
+def index_st(size):
+    ints = st.integers(-size, size - 1)
+    slices = st.builds(slice, st.one_of(st.none(), st.integers(-size - 2, size + 2)),
+                       st.one_of(st.none(), st.integers(-size - 2, size + 2)),
+                       st.one_of(st.none(), st.integers(1, 3)))
+    return st.one_of(ints, slices)
+
+
+def elements(view):
+    """Flat element indices a view addresses, in row-major order of its shape."""
+    idx = np.full(view.shape, view.offset, np.int64)
+    for d, (size, stride) in enumerate(view.dims):
+        shape = [1] * view.ndim
+        shape[d] = size
+        idx = idx + (np.arange(size) * stride).reshape(shape)
+    return idx
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=4).flatmap(
+    lambda shape: st.tuples(st.just(shape), st.tuples(*[index_st(s) for s in shape]))))
+def test_hbm_views_index_like_numpy(case):
+    shape, key = case
+    arr = np.arange(int(np.prod(shape))).reshape(shape)
+    view = hbm_tensor(TensorHandle(0, "x", tuple(shape), DType.float32, "in"))[key]
+    np.testing.assert_array_equal(elements(view), arr[key])
+
+
+def test_ellipsis_and_reshape():
+    v = hbm_tensor(TensorHandle(0, "x", (4, 6, 8), DType.float32, "in"))
+    assert v[..., 2].shape == (4, 6) and v[1, ...].shape == (6, 8)
+    r = v.reshape(24, 8)
+    np.testing.assert_array_equal(elements(r), np.arange(192).reshape(24, 8))
+    with pytest.raises(KernelError, match="only a contiguous view can be reshaped"):
+        v[:, ::2].reshape(-1)
+    with pytest.raises(KernelError, match="out of range"):
+        v[4]
+
+
+def test_tile_partition_slices_set_the_start_partition():
+    @nk.kernel
+    def halves(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.hbm)
+        t = nl.load(a)
+        nl.store(out[64:128], t[64:128])
+        nl.store(out[0:64], t[0:64])
+        return out
+
+    prog = halves.trace(TensorSpec((128, 8), nl.float32))
+    assert [i.src.start_partition for i in prog.instructions[1:]] == [64, 0]
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    np.testing.assert_array_equal(halves(x), x)
+
+
+def test_tiles_keep_their_partition_dim():
+    @nk.kernel
+    def bad(a):
+        t = nl.load(a)
+        return t[3]
+
+    with pytest.raises(KernelError, match="keeps its partition dim"):
+        bad.trace(TensorSpec((128, 8), nl.float32))
+
+
+def test_strided_partitions_are_rejected():
+    @nk.kernel
+    def bad(a):
+        t = nl.load(a)
+        nl.store(a[0:64], t[::2])
+
+    with pytest.raises(KernelError, match="partitions cannot be strided"):
+        bad.trace(TensorSpec((128, 8), nl.float32))
