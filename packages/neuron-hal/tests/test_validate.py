@@ -154,3 +154,11 @@ def test_bitwise_immediate():
     t = AP.sbuf("int32", 128, (8,))
     check(isa.TensorScalar(t, t, Alu.left_shift, 3.0))
     broken("bitwise immediate", isa.TensorScalar(t, t, Alu.bitwise_and, 1.5))
+
+
+def test_interleaved_destination_dims_that_do_not_overlap_are_allowed():
+    # rows 8 elements apart, an outer free dim 64 apart: [4 rows] x [2 blocks] x [8] fills 64 distinct slots
+    ap = AP(Space.HBM, DType.float32, 4, ((2, 32), (8, 1)), partition_stride=8, tensor=0)
+    check(isa.DmaCopy(ap, AP.sbuf("float32", 4, (2, 8))))
+    clash = AP(Space.HBM, DType.float32, 4, ((2, 16), (8, 1)), partition_stride=8, tensor=0)
+    broken("destination overlap", isa.DmaCopy(clash, AP.sbuf("float32", 4, (2, 8))))

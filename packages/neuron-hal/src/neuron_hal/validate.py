@@ -155,12 +155,16 @@ def _check_on_chip(where: _Where, ap: AP, ins, profile: Profile, is_dma: bool) -
 
 
 def _writes_once(ap: AP) -> bool:
-    """No dimension of size > 1 with stride 0, and (HBM) rows that do not overlap each other's span."""
-    if any(size > 1 and stride == 0 for size, stride in ap.free):
-        return False
+    """Every element of the pattern has its own address: taking the dims of size > 1 from the smallest
+    stride up, each stride must clear the span of the dims before it (rows count as a dim in HBM)."""
+    dims = [(s, abs(st)) for s, st in ap.free if s > 1]
     if ap.space is Space.HBM and ap.partitions > 1:
-        lo, hi = ap.free_extent()
-        return abs(ap.partition_stride) >= hi - lo
+        dims.append((ap.partitions, abs(ap.partition_stride)))
+    span = 0
+    for size, stride in sorted(dims, key=lambda d: d[1]):
+        if stride <= span:
+            return False
+        span += (size - 1) * stride
     return True
 
 

@@ -46,6 +46,8 @@ class _Region:
         self.free.sort()
 
     def _coalesce(self) -> None:
+        if not self.free:
+            return
         merged = [self.free[0]]
         for f in self.free[1:]:
             last = merged[-1]
