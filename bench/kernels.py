@@ -46,7 +46,8 @@ def main(argv=None) -> int:
         ideal = (roofline.tensor_ns(profile, case.work, case.dtype) if case.roofline == "tensor"
                  else roofline.dma_ns(profile, case.work))
         label = f"bench kernel {case.family} {case.shape} {case.dtype}"
-        configs = [("", {})]
+        defaults = {k: case.kernel.signature.parameters[k].default for k in case.kernel.tunables}
+        configs = [("", defaults)]  # explicit: a tuned entry in the cache must not leak into this line
         if case.kernel.tunables and not args.no_tune:
             from neuron_kernels.autotune import tune
 

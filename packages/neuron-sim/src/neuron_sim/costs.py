@@ -212,7 +212,7 @@ def dma(opcode: str, ops, profile):
     scatters (the table side of an indirect DMA is the whole table). Engines: min(dma_engines,
     ceil(P / dma_partitions_per_engine)) for the widest on-chip side, all dma_engines for HBM<->HBM.
     Bandwidth per engine: dma_engine_bytes_per_ns, capped at hbm_gbps_per_core / dma_engines when HBM is
-    involved.
+    involved (half that from HBM to HBM, where every byte is read and written in HBM).
     """
     dst, src = ops["dst"], ops["src"]
     tile = src if opcode == "dma_scatter" else dst
@@ -222,8 +222,11 @@ def dma(opcode: str, ops, profile):
     engines = np.where(on_chip_p > 0, np.minimum(profile.dma_engines, -(-on_chip_p // ppe)), profile.dma_engines)
     engines = np.maximum(engines, 1)
     hbm = (dst.space == HBM) | (src.space == HBM)
-    capped = min(profile.dma_engine_bytes_per_ns, profile.hbm_gbps_per_core / profile.dma_engines)
-    bw = np.where(hbm, capped, float(profile.dma_engine_bytes_per_ns))
+    both = (dst.space == HBM) & (src.space == HBM)
+    share = profile.hbm_gbps_per_core / profile.dma_engines
+    capped = min(profile.dma_engine_bytes_per_ns, share)
+    capped_both = min(profile.dma_engine_bytes_per_ns, share / 2)  # HBM to HBM reads and writes every byte
+    bw = np.where(both, capped_both, np.where(hbm, capped, float(profile.dma_engine_bytes_per_ns)))
     # Each contiguous run is one descriptor element costing dma_descriptor_ns of engine time; folded into an
     # effective bandwidth so a transfer of many short runs (e.g. element-granular transposes) is slow.
     if opcode == "dma_copy":
