@@ -6,7 +6,7 @@ Operands are views of HBM tensors or on-chip tiles; ``op`` arguments accept the 
 
 from __future__ import annotations
 
-from neuron_hal import Act, Alu, Engine
+from neuron_hal import Act, Alu, Engine, Space
 from neuron_hal import isa as hal
 
 from .errors import KernelError
@@ -110,23 +110,28 @@ def partition_broadcast(dst: View, data: View) -> None:
     builder().emit(hal.PartitionBroadcast, dst=dst, src=data)
 
 
-def _queue(queue: int | None) -> int:
-    b = builder()
+def _queue(queue: int | None, dst: View) -> int:
+    """The given queue, else round robin over half the queues for loads and the other half for stores
+    (queues complete in order: a load must not wait behind a store that waits for compute)."""
     if queue is not None:
         return int(queue)
-    b.next_queue += 1
-    return (b.next_queue - 1) % b.profile.dma_queues  # round robin: independent transfers proceed in parallel
+    b = builder()
+    half = max(1, b.profile.dma_queues // 2)
+    kind = "store" if dst.space is Space.HBM else "load"
+    n = b.next_queue[kind]
+    b.next_queue[kind] = n + 1
+    return n % half + (half if kind == "store" and b.profile.dma_queues > 1 else 0)
 
 
 def dma_copy(dst: View, src: View, queue: int | None = None) -> None:
-    builder().emit(hal.DmaCopy, dst=dst, src=src, queue=_queue(queue))
+    builder().emit(hal.DmaCopy, dst=dst, src=src, queue=_queue(queue, dst))
 
 
 def dma_gather(dst: View, src: View, index: View, queue: int | None = None) -> None:
     """dst[p, :] = src[index[p, 0], :] (src an HBM table)."""
-    builder().emit(hal.DmaGather, dst=dst, src=src, index=index, queue=_queue(queue))
+    builder().emit(hal.DmaGather, dst=dst, src=src, index=index, queue=_queue(queue, dst))
 
 
 def dma_scatter(dst: View, src: View, index: View, accumulate: bool = False, queue: int | None = None) -> None:
     """dst[index[p, 0], :] = src[p, :] (``accumulate``: +=) into an HBM table."""
-    builder().emit(hal.DmaScatter, dst=dst, src=src, index=index, accumulate=accumulate, queue=_queue(queue))
+    builder().emit(hal.DmaScatter, dst=dst, src=src, index=index, accumulate=accumulate, queue=_queue(queue, dst))

@@ -44,7 +44,12 @@ class TensorSpec:
 
 
 def _is_tensor(x) -> bool:
-    return isinstance(x, TensorSpec | np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+    """Arrays, numpy scalars (0-d) and specs are tensors; dtypes and classes (np.int32) are constants."""
+    if isinstance(x, TensorSpec | np.ndarray):
+        return True
+    if isinstance(x, type | np.dtype):
+        return False
+    return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
 class Kernel:
@@ -70,12 +75,18 @@ class Kernel:
         if missing:
             from .autotune import best_config  # the tuner's on-disk choices
 
-            chosen = best_config(self, self.signature_key(bound, profile), profile) or {}
+            chosen = best_config(self, self.tuning_key(args, kwargs, profile), profile) or {}
             for k in missing:
                 if k in chosen:
                     bound.arguments[k] = chosen[k]
         bound.apply_defaults()
         return bound
+
+    def tuning_key(self, args, kwargs, profile: Profile) -> tuple:
+        """The tuning cache key of a call: defaults applied, so k(x) and k(x, dim=0) share a choice."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return self.signature_key(bound, profile)
 
     def signature_key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
         """What a tuned choice is keyed by: kernel, version, profile, shapes/dtypes and constants."""

@@ -23,7 +23,8 @@ int8, uint8, int16, uint16 = DType.int8, DType.uint8, DType.int16, DType.uint16
 int32, uint32 = DType.int32, DType.uint32
 bool_ = DType.bool_
 sbuf, psum = Space.SBUF, Space.PSUM
-hbm = shared_hbm = private_hbm = Space.HBM
+hbm = shared_hbm = Space.HBM
+private_hbm = "private_hbm"  # kernel-internal HBM scratch, allocated by the driver for each run
 
 
 class _TileSize:
@@ -66,10 +67,12 @@ def cdiv(a: int, b: int) -> int:
 
 # -- memory --------------------------------------------------------------------------------------
 def ndarray(shape, dtype, buffer: Space = Space.SBUF, name: str | None = None, bufs: int | None = None) -> View:
-    """A new tensor: an on-chip tile (sbuf/psum) or a kernel output in HBM."""
+    """A new tensor: an on-chip tile (sbuf/psum), a kernel output (hbm) or HBM scratch (private_hbm)."""
     b = builder()
     if buffer is Space.HBM:
         return b.tensor(name or f"out{len(b.handles)}", shape, dtype, "out")
+    if buffer == private_hbm:
+        return b.tensor(name or f"scratch{len(b.handles)}", shape, dtype, "scratch")
     return b.tile(shape, dtype, buffer, name, bufs)
 
 

@@ -54,7 +54,7 @@ class Builder:
         self.records: list[_Record] = []
         self._names: dict[str, int] = {}
         self.psum_written: set[tuple[int, int]] = set()  # (buffer, offset) of PSUM tiles a matmul wrote
-        self.next_queue = 0
+        self.next_queue = {"load": 0, "store": 0}
 
     def __enter__(self) -> Builder:
         self._token = _current.set(self)
