@@ -84,3 +84,26 @@ def test_strided_partitions_are_rejected():
 
     with pytest.raises(KernelError, match="partitions cannot be strided"):
         bad.trace(TensorSpec((128, 8), nl.float32))
+
+
+def test_broadcast_to_follows_numpy():
+    v = hbm_tensor(TensorHandle(0, "x", (1, 3), DType.float32, "in"))
+    b = v.broadcast_to((2, 4, 3))
+    np.testing.assert_array_equal(elements(b), np.broadcast_to(np.arange(3).reshape(1, 3), (2, 4, 3)))
+    with pytest.raises(KernelError, match="cannot broadcast"):
+        v.broadcast_to((2, 4))
+
+
+def test_run_time_rule_errors_point_at_the_kernel_line():
+    @nk.kernel
+    def lookup(table, idx):
+        out = nl.ndarray((4, 8), table.dtype, buffer=nl.hbm)
+        t = nl.ndarray((4, 8), table.dtype)
+        i = nl.load(idx)
+        nk.isa.dma_gather(t, table, i)  # the gather with the bad index
+        nl.store(out, t)
+        return out
+
+    table = np.zeros((16, 8), np.float32)
+    with pytest.raises(KernelError, match=r"kernel 'lookup' at test_tensors.py:\d+: \[.*\].*99"):
+        lookup(table, np.array([[0], [1], [99], [2]], np.int32))

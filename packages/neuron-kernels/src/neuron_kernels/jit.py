@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_hal import DType, ExecutionReport, Profile, Program, get_driver, get_profile
+from neuron_hal import DType, ExecutionReport, Profile, Program, ProgramError, get_driver, get_profile
 
 from .errors import KernelError
 from .tensors import View
@@ -140,7 +140,12 @@ class Kernel:
                 addresses.append(drv.alloc(device, arg.nbytes))
                 if arg.role in ("in", "inout"):
                     drv.write(device, addresses[-1], np.ascontiguousarray(arrays[arg.name], dtype=arg.dtype.numpy))
-            self.last_report = drv.execute(device, drv.load(device, program), addresses)
+            try:
+                self.last_report = drv.execute(device, drv.load(device, program), addresses)
+            except ProgramError as e:  # a rule only knowable at run time: point at the kernel line
+                where = program.meta["lines"][e.index]
+                raise KernelError(f"kernel {self.name!r} at {where}: [{e.rule}] {e.detail}\n"
+                                  f"    {e.index}: {e.listing}") from None
             given = [a for a in program.args if a.role != "scratch"]
             for arg, address in zip(given, addresses):
                 if arg.role in ("out", "inout"):

@@ -20,7 +20,7 @@ from .tracer import builder
 float32, bfloat16, float16 = DType.float32, DType.bfloat16, DType.float16
 float8_e4m3, float8_e4m3fn, float8_e5m2 = DType.float8_e4m3, DType.float8_e4m3fn, DType.float8_e5m2
 int8, uint8, int16, uint16 = DType.int8, DType.uint8, DType.int16, DType.uint16
-int32, uint32 = DType.int32, DType.uint32
+int32, uint32, int64, uint64 = DType.int32, DType.uint32, DType.int64, DType.uint64
 bool_ = DType.bool_
 sbuf, psum = Space.SBUF, Space.PSUM
 hbm = shared_hbm = Space.HBM

@@ -120,6 +120,25 @@ class View:
             expect *= size
         return True
 
+    def broadcast_to(self, shape) -> View:
+        """A view of ``shape`` reading this one with numpy broadcasting (stride 0 on new or size-1 dims).
+        A tile's partition dim cannot broadcast: partitions are physical lanes."""
+        shape = tuple(int(s) for s in shape)
+        if len(shape) < self.ndim:
+            raise KernelError(f"{self!r}: cannot broadcast {list(self.shape)} to fewer dims {list(shape)}")
+        lead = len(shape) - self.ndim
+        dims = [(s, 0) for s in shape[:lead]]
+        for (size, stride), want in zip(self.dims, shape[lead:]):
+            if size == want:
+                dims.append((size, stride))
+            elif size == 1:
+                dims.append((want, 0))
+            else:
+                raise KernelError(f"{self!r}: cannot broadcast {list(self.shape)} to {list(shape)}")
+        if self.on_chip and (lead or dims[0][1] == 0) and dims[0][0] > 1:
+            raise KernelError(f"{self!r}: a tile's partition dim cannot broadcast (to {shape[0]})")
+        return type(self)(self.owner, self.dtype, self.offset, tuple(dims))
+
     def with_dtype(self, dtype) -> View:
         """Reinterpret with another dtype of the same size (a bitcast)."""
         dt = DType.of(dtype)

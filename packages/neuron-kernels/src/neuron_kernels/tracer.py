@@ -103,7 +103,8 @@ class Builder:
         peak = allocate(self.name, self.buffers, uses, self.profile)
         instructions = [r.cls(**{k: _resolve(v) for k, v in r.fields.items()}) for r in self.records]
         args = [TensorArg(h.name, h.shape, h.dtype, h.role) for h in self.handles]
-        program = Program(self.name, args, instructions, {"sbuf_bytes": peak["sbuf"], "psum_bytes": peak["psum"]})
+        meta = {"sbuf_bytes": peak["sbuf"], "psum_bytes": peak["psum"], "lines": [r.where for r in self.records]}
+        program = Program(self.name, args, instructions, meta)
         try:
             validate(program, self.profile)
         except ProgramError as e:
