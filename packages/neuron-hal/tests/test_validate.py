@@ -162,3 +162,8 @@ def test_interleaved_destination_dims_that_do_not_overlap_are_allowed():
     check(isa.DmaCopy(ap, AP.sbuf("float32", 4, (2, 8))))
     clash = AP(Space.HBM, DType.float32, 4, ((2, 16), (8, 1)), partition_stride=8, tensor=0)
     broken("destination overlap", isa.DmaCopy(clash, AP.sbuf("float32", 4, (2, 8))))
+
+
+def test_stride_limit_ignores_dims_that_never_step():
+    check(isa.Memset(AP(Space.SBUF, DType.bfloat16, 128, ((1, 40000), (8, 1))), 0.0))
+    broken("free stride", isa.Memset(AP(Space.SBUF, DType.bfloat16, 128, ((2, 40000), (8, 1))), 0.0))

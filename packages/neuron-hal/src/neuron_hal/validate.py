@@ -128,9 +128,9 @@ def _check_on_chip(where: _Where, ap: AP, ins, profile: Profile, is_dma: bool) -
             lambda: f"{where}: free sizes {ap.sizes} exceed {profile.free_size_max}",
         )
         _require(
-            all(abs(st) <= profile.free_stride_max for st in ap.strides),
+            all(abs(st) <= profile.free_stride_max for s, st in ap.free if s > 1),  # a size-1 dim never steps
             "free stride",
-            f"{where}: strides {ap.strides} exceed {profile.free_stride_max}",
+            lambda: f"{where}: strides {ap.strides} exceed {profile.free_stride_max}",
         )
         _require(
             ap.dtype in ENGINE_DTYPES,
