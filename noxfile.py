@@ -19,7 +19,7 @@ def install(session, *extra):
 @nox.session(python=PYTHON)
 def test(session):
     """Install the packages and run every package's tests."""
-    install(session, "pytest", "hypothesis")
+    install(session, "pytest", "pytest-timeout", "hypothesis")
     session.run("pytest", "-q", "-p", "no:cacheprovider", *TESTS, *session.posargs,
                 env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
 
