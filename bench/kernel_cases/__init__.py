@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from neuron_hal import DType
+from neuron_kernels import TensorSpec
+
+
+def spec(shape, dtype) -> TensorSpec:
+    return TensorSpec(tuple(int(s) for s in shape), DType.of(dtype))
+
+
+def nbytes(*specs: TensorSpec) -> int:
+    """Bytes of the given tensors in HBM (what a memory-bound kernel must read or write)."""
+    return sum(math.prod(s.shape) * s.dtype.itemsize for s in specs)
 
 
 @dataclass

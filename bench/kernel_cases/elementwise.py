@@ -1,27 +1,15 @@
 """Elementwise kernels on >= 16 MiB tensors: DMA-bound, so the roofline is HBM bytes read + written."""
 
-from neuron_hal import DType
-from neuron_kernels import TensorSpec
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import random as rnd
 
 from . import Case
+from . import nbytes as _bytes
+from . import spec as _spec
 
 MiB = 1 << 20
 
 
-def _spec(shape, dtype):
-    return TensorSpec(shape, DType.of(dtype))
-
-
-def _bytes(*specs):
-    n = 0
-    for s in specs:
-        k = 1
-        for d in s.shape:
-            k *= d
-        n += k * s.dtype.itemsize
-    return n
 
 
 def _binary(name, kernel, a, b, out_dtype, label):

@@ -5,25 +5,12 @@ DMA engine, and the simulator charges that once against the core's HBM share, so
 than 100% of this (read + write) roofline.
 """
 
-from neuron_hal import DType
 from neuron_kernels import TensorSpec
 from neuron_kernels.library import movement as mv
 
 from . import Case
-
-
-def _spec(shape, dtype):
-    return TensorSpec(tuple(shape), DType.of(dtype))
-
-
-def _bytes(*specs):
-    total = 0
-    for s in specs:
-        n = 1
-        for d in s.shape:
-            n *= d
-        total += n * s.dtype.itemsize
-    return total
+from . import nbytes as _bytes
+from . import spec as _spec
 
 
 def _case(name, kernel, args, label, out, read=None, **kwargs):

@@ -1,22 +1,13 @@
 """Normalization and fused-optimizer kernels on large tensors: the roofline is the DMA time of every byte
 the kernel must read and write (activations, weights, statistics, optimizer state)."""
 
-import math
 
-from neuron_hal import DType
-from neuron_kernels import TensorSpec
 from neuron_kernels.library import norms
 from neuron_kernels.library.optim import ADAM_FIELDS, adamw_step
 
 from . import Case
-
-
-def _spec(shape, dtype):
-    return TensorSpec(tuple(shape), DType.of(dtype))
-
-
-def _nbytes(*specs):
-    return sum(math.prod(s.shape) * s.dtype.itemsize for s in specs)
+from . import nbytes as _nbytes
+from . import spec as _spec
 
 
 def _row_cases():

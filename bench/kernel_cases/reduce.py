@@ -1,25 +1,10 @@
 """Reductions family on >= 16 MiB tensors (DMA-bound: the roofline is the HBM bytes read + written)."""
 
-from neuron_hal import DType
-from neuron_kernels import TensorSpec
 from neuron_kernels.library import loss, reduce, softmax
 
 from . import Case
-
-
-def _spec(shape, dtype):
-    return TensorSpec(tuple(shape), DType.of(dtype))
-
-
-def _nbytes(*specs):
-    total = 0
-    for s in specs:
-        n = 1
-        for d in s.shape:
-            n *= d
-        total += n * s.dtype.itemsize
-    return total
-
+from . import nbytes as _nbytes
+from . import spec as _spec
 
 bf16_rows = _spec((2048, 4096), "bfloat16")  # 16 MiB, rows of 4096
 f32_rows = _spec((1024, 4096), "float32")  # 16 MiB, rows of 4096
