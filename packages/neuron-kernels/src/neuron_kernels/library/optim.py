@@ -34,7 +34,7 @@ from .. import language as nl
 from ..errors import KernelError
 from ..jit import kernel
 from ..tensors import View
-from .norms import ACT, POOL, VEC, _bcast_rows, _Engines, _pipeline
+from .norms import ACT, POOL, VEC, _bcast_rows, _Engines, _pipeline, _scale_shift
 
 _FLOATS = (nl.float32, nl.bfloat16, nl.float16)
 
@@ -181,13 +181,7 @@ def _ts(bal: _Engines, dst: View, src: View, mul: View, add: View | None = None,
     costs = {VEC: n, POOL: n}
     if act:
         costs[ACT] = n
-    eng = bal.pick(costs)
-    if eng is ACT:
-        nisa.activation(dst, nl.identity, src, bias=add, scale=mul)
-    elif add is None:
-        nisa.tensor_scalar(dst, src, nl.multiply, mul, engine=eng)
-    else:
-        nisa.tensor_scalar(dst, src, nl.multiply, mul, op1=nl.add, operand1=add, engine=eng)
+    _scale_shift(bal.pick(costs), dst, src, mul, add)
 
 
 def _tt(bal: _Engines, dst: View, a: View, b: View, op) -> None:
