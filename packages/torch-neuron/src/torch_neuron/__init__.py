@@ -1,13 +1,66 @@
-"""torch-neuron: the PyTorch backend for the `neuron` device.
+"""torch-neuron: PyTorch's ``neuron`` device on neuron-hal.
 
-Not built yet (issue 4). Until then importing it says so instead of pretending to be a device.
+``import torch`` loads this package (entry point ``torch.backends``; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
+turns that off, then ``import torch_neuron`` does it). This module is ``torch.neuron``: devices,
+streams/events, RNG, memory statistics, amp and ``metrics()``, shaped like ``torch.cuda``.
 """
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import _extension
 
 __version__ = "0.0.1"
 
+_C = _extension.load()
+sys.modules[__name__ + "._C"] = _C
 
-def __getattr__(name):
-    raise NotImplementedError(
-        f"torch_neuron.{name}: the PyTorch backend is not built yet (tracked in issue 4); "
-        "programs can run on simulated NeuronCores through neuron_hal today"
-    )
+from .amp import get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled, is_bf16_supported  # noqa: E402
+from .device import (  # noqa: E402
+    NeuronDeviceProperties, current_device, device, device_count, get_device_capability, get_device_name,
+    get_device_properties, is_available, set_device, synchronize,
+)
+from .fallback import NeuronFallbackWarning, is_strict, set_strict  # noqa: E402
+from .memory import (  # noqa: E402
+    empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_reserved,
+    memory_stats, reset_peak_memory_stats,
+)
+from .metrics import metrics, reset_metrics, top_ops  # noqa: E402
+from .random import (  # noqa: E402
+    default_generator, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed,
+    seed_all, set_rng_state, set_rng_state_all,
+)
+from .runtime import runtime  # noqa: E402
+from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: E402
+
+
+def is_initialized() -> bool:
+    return _C._is_initialized()
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def _register() -> None:
+    if torch._C._get_privateuse1_backend_name() == "neuron":
+        return
+    torch.utils.rename_privateuse1_backend("neuron")
+    torch._register_device_module("neuron", sys.modules[__name__])
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
+                                                         for_storage=True)
+    rt = runtime()
+    _C._init(rt, rt.device_count())
+    from . import ops
+
+    ops.register()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this module registers the device."""
+
+
+_register()

@@ -740,6 +740,38 @@ def as_strided_copy(x, size, stride, storage_offset=0, tile_bytes=_TILE_CHOICES[
 contiguous = as_strided_copy
 
 
+@nk.kernel(tunables=_TUNABLES)
+def strided_copy_(dst, src, size, dst_stride, src_stride, tile_bytes=_TILE_CHOICES[0]):
+    """``torch.as_strided(dst, size, dst_stride).copy_(torch.as_strided(src, size, src_stride))``
+    where ``dst`` and ``src`` are flat storages (1-d) starting at each view's first element; the
+    values are cast to dst's dtype as ``copy`` casts. Writes dst in place (an ``inout`` argument).
+    The views must not overlap each other; dst's view must not overlap itself (no zero strides).
+    """
+    size = tuple(int(n) for n in size)
+    dst_stride, src_stride = tuple(int(s) for s in dst_stride), tuple(int(s) for s in src_stride)
+    if not len(size) == len(dst_stride) == len(src_stride):
+        raise KernelError(f"strided_copy_: size {list(size)}, dst_stride {list(dst_stride)} and src_stride "
+                          f"{list(src_stride)} differ in length")
+    if math.prod(size) == 0:
+        return None
+    for name, t, stride in (("dst", dst, dst_stride), ("src", src, src_stride)):
+        last = sum((n - 1) * s for n, s in zip(size, stride))
+        if any(s < 0 for s in stride) or last >= math.prod(t.shape):
+            raise KernelError(f"strided_copy_: the {name} view (size {list(size)}, stride {list(stride)}) reaches "
+                              f"element {last} of a storage of {math.prod(t.shape)}")
+    dview = _hbm(dst, 0, list(zip(size, dst_stride)))
+    sview = _hbm(src, 0, list(zip(size, src_stride)))
+    if src.dtype.is_float and dst.dtype.kind in "iu":
+        tmp = _scratch(size, src.dtype)
+        _move(tmp, sview, tile_bytes)
+        trunc = _scratch(size, dst.dtype)
+        _trunc_to_int(trunc, tmp, tile_bytes)
+        _move(dview, trunc, tile_bytes)
+    else:
+        _move(dview, sview, tile_bytes)
+    return None
+
+
 # -- cat -------------------------------------------------------------------------------------------
 def _cat_body(tensors, dim, dtype, tile_bytes):
     if not tensors:

@@ -1,0 +1,42 @@
+"""Build (once) and load the C++ core with torch's cpp_extension tooling.
+
+The build directory is keyed by the torch version and a digest of the sources, under
+``$TORCH_NEURON_BUILD_DIR`` (default ``~/.cache/torch-neuron``), so a second run, another virtualenv
+with the same torch, or a CI cache restores it without rebuilding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+CSRC = Path(__file__).with_name("csrc")
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in CSRC.iterdir() if p.suffix in (".cpp", ".h"))
+
+
+def build_dir() -> Path:
+    digest = hashlib.sha256()
+    for p in _sources():
+        digest.update(p.name.encode() + b"\0" + p.read_bytes())
+    root = Path(os.environ.get("TORCH_NEURON_BUILD_DIR", Path.home() / ".cache" / "torch-neuron"))
+    path = root / f"torch-{torch.__version__}-{digest.hexdigest()[:16]}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load():
+    from torch.utils import cpp_extension
+
+    return cpp_extension.load(
+        name="torch_neuron_C",
+        sources=[str(p) for p in _sources() if p.suffix == ".cpp"],
+        build_directory=str(build_dir()),
+        extra_cflags=["-O2", "-DTORCH_NEURON"],
+        verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
+    )

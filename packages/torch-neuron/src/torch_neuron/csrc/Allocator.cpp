@@ -1,0 +1,92 @@
+// Tensor storage is simulated (or real) HBM: a DataPtr holds the HAL device address itself, so
+// tensor.data_ptr() is the address kernels run on. Caching and statistics are in Python.
+#include "Runtime.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
+
+namespace torch_neuron {
+namespace {
+
+struct Block {
+  uintptr_t address;
+  c10::DeviceIndex device;
+};
+
+void release(void* ctx) {
+  auto* block = static_cast<Block*>(ctx);
+  Runtime* rt = runtime();
+  if (rt != nullptr && Py_IsInitialized()) {
+    py::gil_scoped_acquire gil;
+    try {
+      rt->free(block->device, block->address);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("torch_neuron: freeing device memory");
+    }
+  }
+  delete block;
+}
+
+struct NeuronAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DeviceIndex device = current_device();
+    c10::Device where(c10::DeviceType::PrivateUse1, device);
+    if (nbytes == 0) {
+      return {nullptr, nullptr, &c10::detail::deleteNothing, where};
+    }
+    Runtime* rt = runtime();
+    TORCH_CHECK(rt != nullptr, "torch_neuron runtime is not initialized");
+    uintptr_t address;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        address = rt->alloc(device, nbytes).cast<uintptr_t>();
+      } catch (py::error_already_set& e) {
+        // The Python allocator raises torch.OutOfMemoryError with requested/free/capacity.
+        if (e.type().attr("__name__").cast<std::string>() == "OutOfMemoryError") {
+          std::string message = py::str(e.value());
+          TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+        }
+        throw;
+      }
+    }
+    auto* block = new Block{address, device};
+    return {reinterpret_cast<void*>(address), block, &release, where};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return nullptr;  // blocks carry their device in the context; raw pointers cannot
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count == 0) return;
+    py::gil_scoped_acquire gil;
+    runtime()->copy(current_device(), reinterpret_cast<uintptr_t>(dest), reinterpret_cast<uintptr_t>(src), count);
+  }
+};
+
+NeuronAllocator the_allocator;
+
+}  // namespace
+
+c10::Allocator* allocator() {
+  return &the_allocator;
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  size_t old = storage.nbytes();
+  if (nbytes == old) return;
+  c10::DeviceGuard guard(storage.device());
+  c10::DataPtr fresh = the_allocator.allocate(nbytes);
+  size_t keep = std::min(old, nbytes);
+  if (keep > 0 && storage.data() != nullptr) {
+    the_allocator.copy_data(fresh.get(), storage.data(), keep);
+  }
+  storage.set_data_ptr_noswap(std::move(fresh));
+  storage.set_nbytes(nbytes);
+}
+
+}  // namespace torch_neuron
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, torch_neuron::allocator());

@@ -1,0 +1,41 @@
+"""Ops with no neuron kernel run on the CPU, loudly: a warning once per op, a counter in
+``torch.neuron.metrics()``, and an error instead when strict (``TORCH_NEURON_STRICT=1`` or
+``torch.neuron.set_strict(True)``). float64 has no Trainium engine support: float64 tensors may
+live on the device (DMA moves any bytes) but every op on them takes this path.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from .metrics import fallback_calls
+
+_strict = os.environ.get("TORCH_NEURON_STRICT", "0") not in ("", "0", "false", "False")
+_warned: set[str] = set()
+
+
+class NeuronFallbackWarning(UserWarning):
+    pass
+
+
+def set_strict(flag: bool) -> None:
+    global _strict
+    _strict = bool(flag)
+
+
+def is_strict() -> bool:
+    return _strict
+
+
+def on_fallback(op: str) -> None:
+    """Called by the C++ boxed fallback before an op runs on the CPU."""
+    if _strict:
+        raise NotImplementedError(
+            f"aten::{op} has no neuron kernel and strict mode forbids the CPU fallback "
+            f"(unset TORCH_NEURON_STRICT or call torch.neuron.set_strict(False) to allow it)")
+    fallback_calls[op] += 1
+    if op not in _warned:
+        _warned.add(op)
+        warnings.warn(f"aten::{op} has no neuron kernel: running it on the CPU (copies in and out); "
+                      f"see torch.neuron.metrics()['fallback']", NeuronFallbackWarning, stacklevel=2)

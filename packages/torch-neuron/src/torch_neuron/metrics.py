@@ -1,0 +1,40 @@
+"""What ran where: ops run natively, CPU fallbacks per op, and device time per op."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+native_calls: Counter[str] = Counter()
+fallback_calls: Counter[str] = Counter()
+device_ns: defaultdict[str, float] = defaultdict(float)
+launches: Counter[str] = Counter()
+
+
+def record_native(op: str, ns: float, programs: int = 1) -> None:
+    native_calls[op] += 1
+    device_ns[op] += ns
+    launches[op] += programs
+
+
+def metrics() -> dict:
+    """A snapshot: ``native`` / ``fallback`` call counts per op, ``device_ns`` per op, and totals."""
+    return {
+        "native": dict(native_calls),
+        "fallback": dict(fallback_calls),
+        "device_ns": dict(device_ns),
+        "programs": dict(launches),
+        "device_ns_total": sum(device_ns.values()),
+        "native_ops": len(native_calls),
+        "fallback_ops": len(fallback_calls),
+    }
+
+
+def reset_metrics() -> None:
+    for counter in (native_calls, fallback_calls, device_ns, launches):
+        counter.clear()
+
+
+def top_ops(n: int = 10) -> list[tuple[str, float, int]]:
+    """The ``n`` ops with the most device time: (op, device ns, calls)."""
+    ranked = sorted(device_ns.items(), key=lambda kv: -kv[1])[:n]
+    return [(op, ns, native_calls[op]) for op, ns in ranked]

@@ -1,0 +1,113 @@
+"""Copies between the host and neuron devices and between neuron tensors, and reading scalars.
+
+Host <-> device moves bytes through the HAL (write/read); a strided device view is read as the
+span of storage it covers and picked apart on the host. Device -> device copies of contiguous,
+same-dtype tensors are driver copies; everything else (strides, casts) is the ``strided_copy_``
+kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+from neuron_kernels.library import movement
+
+from ..runtime import runtime
+from . import registry
+from .launch import device_dtype, run
+
+
+def extent(t: torch.Tensor) -> int:
+    """Elements of storage the view spans from its first element (1 for 0-d)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous host tensor's bytes as a uint8 tensor (any dtype, 0-d included)."""
+    return t.reshape(-1).view(torch.uint8)
+
+
+def _span(t: torch.Tensor) -> torch.Tensor:
+    """A neuron view as a 1-d tensor over the storage it spans (same address as the view)."""
+    return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
+
+
+def to_host(src: torch.Tensor) -> torch.Tensor:
+    """A new host tensor equal to a neuron tensor (any strides)."""
+    n = extent(src)
+    flat = torch.empty(n, dtype=src.dtype)
+    if n:
+        runtime().driver.read(src.device.index, src.data_ptr(), _bytes(flat).numpy())
+    if src.dim() == 0:
+        return flat.reshape(())
+    return torch.as_strided(flat, src.shape, src.stride()).clone()
+
+
+def write_contiguous(dst: torch.Tensor, host: torch.Tensor) -> None:
+    """Host bytes into a contiguous neuron tensor of the same dtype and numel."""
+    if host.numel():
+        runtime().driver.write(dst.device.index, dst.data_ptr(), _bytes(host.contiguous()).numpy())
+
+
+def device_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst.copy_(src) between neuron tensors of the same shape (dtypes may differ)."""
+    if dst.numel() == 0:
+        return
+    if src.device != dst.device:
+        src = src.to("cpu").to(dst.device)
+    if dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous():
+        runtime().driver.copy(dst.device.index, dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size())
+        registry.note_native("copy_")
+        return
+    if device_dtype(dst.dtype) is None or device_dtype(src.dtype) is None:
+        if dst.dtype == src.dtype:  # float64 / complex: move the bytes as integers of the same width
+            as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[dst.element_size()]
+            return device_copy(dst.view(as_int), src.view(as_int))
+        return dst.copy_(src.cpu())  # a cast the engines cannot do; the host does it (fallback counted there)
+    if _overlaps(dst, src):
+        src = src.clone()
+    size = tuple(dst.shape) or (1,)
+    dstride, sstride = tuple(dst.stride()) or (1,), tuple(src.stride()) or (1,)
+    run("copy_", movement.strided_copy_, _span(dst), _span(src), size, dstride, sstride)
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + extent(a) * a.element_size(), b0 + extent(b) * b.element_size()
+    return a0 < b1 and b0 < a1
+
+
+def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if dst.numel() == 0:
+        return dst
+    if src.device.type == "neuron" and dst.device.type == "neuron":
+        device_copy(dst, src.expand_as(dst) if src.shape != dst.shape else src)
+    elif dst.device.type == "neuron":  # host -> device
+        host = src.to(dst.dtype).expand_as(dst)
+        if dst.is_contiguous():
+            write_contiguous(dst, host)
+        else:
+            tmp = torch.empty(dst.shape, dtype=dst.dtype, device=dst.device)
+            write_contiguous(tmp, host)
+            device_copy(dst, tmp)
+    else:  # device -> host
+        host = to_host(src)
+        dst.copy_(host)
+    return dst
+
+
+def copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != src.shape:
+        dst.resize_(src.shape)
+    return copy_from(src, dst)
+
+
+def local_scalar_dense(t: torch.Tensor):
+    return to_host(t).item()
+
+
+def register(lib) -> None:
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
+    lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")

@@ -1,0 +1,179 @@
+"""The neuron device as torch sees it: registration, torch.neuron, torch.accelerator, streams, events, RNG."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+def test_import_torch_registers_neuron():
+    assert torch._C._get_privateuse1_backend_name() == "neuron"
+    assert torch.neuron.is_available()
+    assert torch.accelerator.current_accelerator().type == "neuron"
+    assert torch.accelerator.device_count() == torch.neuron.device_count()
+
+
+def test_device_count_is_the_profiles_cores():
+    assert torch.neuron.device_count() == torch.neuron.runtime().profile.cores_per_chip
+
+
+def test_autoload_can_be_turned_off():
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    code = "import torch; print(torch._C._get_privateuse1_backend_name())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "privateuseone"
+
+
+def test_current_device_and_context():
+    assert torch.neuron.current_device() == 0
+    with torch.neuron.device(1):
+        assert torch.neuron.current_device() == 1
+        assert torch.empty(2, device="neuron").device == torch.device("neuron", 1)
+    assert torch.neuron.current_device() == 0
+    torch.neuron.set_device("neuron:2")
+    try:
+        assert torch.accelerator.current_device_index() == 2
+    finally:
+        torch.neuron.set_device(0)
+
+
+def test_unknown_device_index_names_the_limit():
+    n = torch.neuron.device_count()
+    with pytest.raises(IndexError, match=f"index {n} is out of range.*{n} neuron devices"):
+        torch.empty(1, device=f"neuron:{n}")
+    with pytest.raises(IndexError, match="out of range"):
+        torch.neuron.set_device(n)
+
+
+def test_device_properties_come_from_the_profile():
+    props = torch.neuron.get_device_properties(0)
+    profile = torch.neuron.runtime().profile
+    assert props.profile == profile.name
+    assert props.total_memory == torch.neuron.runtime().infos[0].hbm_bytes
+    assert props.tensor_tflops_bf16 == pytest.approx(profile.tensor_peak_flops / 1e12)
+    assert "NeuronCore" in torch.neuron.get_device_name()
+
+
+def test_tensor_roundtrip_keeps_values_and_dtype():
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int8,
+                  torch.uint8, torch.bool, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2):
+        x = (torch.arange(24) % 7 - 3).reshape(2, 3, 4).to(dtype)
+        y = x.to("neuron")
+        assert y.device.type == "neuron" and y.dtype == dtype
+        torch.testing.assert_close(y.cpu(), x, rtol=0, atol=0)
+
+
+def test_data_ptr_is_the_device_address():
+    x = torch.arange(10.0, device="neuron")
+    assert x[3:].data_ptr() == x.data_ptr() + 3 * 4
+    rt = torch.neuron.runtime()
+    assert rt.allocator.device_of(x.data_ptr()) == 0
+
+
+def test_views_share_storage_and_read_strided():
+    x = torch.arange(24.0).reshape(4, 6)
+    y = x.to("neuron")
+    for view in (lambda t: t.t(), lambda t: t[1:, ::2], lambda t: t.reshape(6, 4)[2], lambda t: t.expand(2, 4, 6),
+                 lambda t: t.unfold(1, 3, 2), lambda t: t.as_strided((3, 3), (1, 5), 2)):
+        torch.testing.assert_close(view(y).cpu(), view(x))
+    assert y.t().untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def test_strided_device_copies_and_casts():
+    x = torch.randn(5, 7)
+    y = x.to("neuron")
+    torch.testing.assert_close(y.t().contiguous().cpu(), x.t().contiguous())
+    torch.testing.assert_close(y.to(torch.bfloat16).cpu(), x.to(torch.bfloat16))
+    torch.testing.assert_close(y.to(torch.int32).cpu(), x.to(torch.int32))
+    dst = torch.zeros(7, 10, device="neuron")
+    dst[:, ::2].copy_(y.t())
+    expect = torch.zeros(7, 10)
+    expect[:, ::2] = x.t()
+    torch.testing.assert_close(dst.cpu(), expect)
+
+
+def test_copy_between_overlapping_views():
+    x = torch.arange(10.0)
+    y = x.to("neuron")
+    y[1:].copy_(y[:-1].clone())
+    x[1:] = x[:-1].clone()
+    torch.testing.assert_close(y.cpu(), x)
+    y = torch.arange(10.0).to("neuron")
+    y[2:].copy_(y[:-2])
+    x = torch.arange(10.0)
+    x[2:].copy_(x[:-2].clone())
+    torch.testing.assert_close(y.cpu(), x)
+
+
+def test_copy_between_devices():
+    x = torch.randn(3, 4)
+    a = x.to("neuron:0")
+    b = a.to("neuron:1")
+    assert b.device == torch.device("neuron", 1)
+    torch.testing.assert_close(b.cpu(), x)
+
+
+def test_item_and_zero_dim():
+    x = torch.tensor(2.5).to("neuron")
+    assert x.dim() == 0 and x.item() == 2.5
+    assert torch.tensor(True).to("neuron").item() is True
+
+
+def test_zero_size_tensors():
+    x = torch.empty(0, 3, device="neuron")
+    assert x.cpu().shape == (0, 3)
+    assert torch.empty(3, 0).to("neuron").shape == (3, 0)
+
+
+def test_resize_keeps_values():
+    x = torch.arange(4.0).to("neuron")
+    x.resize_(8)
+    torch.testing.assert_close(x[:4].cpu(), torch.arange(4.0))
+    storage = x.untyped_storage()
+    storage.resize_(64)
+    assert storage.nbytes() == 64
+    torch.testing.assert_close(x[:4].cpu(), torch.arange(4.0))
+
+
+def test_set_to_another_tensors_storage():
+    x = torch.arange(6.0).to("neuron")
+    y = torch.empty(0, device="neuron")
+    y.set_(x.untyped_storage(), 2, (2, 2), (2, 1))
+    torch.testing.assert_close(y.cpu(), torch.tensor([[2.0, 3.0], [4.0, 5.0]]))
+
+
+def test_streams_are_hal_queues_and_events_time_device_work():
+    assert torch.neuron.current_stream().stream_id == 0
+    s = torch.neuron.Stream()
+    assert s.stream_id != 0
+    x = torch.randn(256, 512).to("neuron")
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    with s:
+        assert torch.neuron.current_stream() == s
+        start.record()
+        x.t().contiguous()
+        end.record()
+    assert torch.neuron.current_stream().stream_id == 0
+    ms = start.elapsed_time(end)
+    assert 0 < ms < 1  # a 512 KiB transpose takes microseconds of device time
+    torch.neuron.synchronize()
+    s.synchronize()
+
+
+def test_generators_and_rng_state():
+    torch.neuron.manual_seed(123)
+    g = torch.neuron.default_generator()
+    assert g.device.type == "neuron" and g.initial_seed() == 123
+    state = torch.neuron.get_rng_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    first = torch.neuron.random.reserve(None, 10, 0)
+    assert first == (123, 0)
+    assert torch.neuron.random.reserve(None, 5, 0) == (123, 10)
+    torch.neuron.set_rng_state(state)
+    assert torch.neuron.random.reserve(None, 1, 0) == (123, 0)
+    mine = torch.Generator("neuron").manual_seed(7)
+    assert torch.neuron.random.reserve(mine, 4, 0) == (7, 0)
+    torch.manual_seed(5)  # torch.manual_seed seeds every accelerator's default generators too
+    assert torch.neuron.initial_seed() == 5
