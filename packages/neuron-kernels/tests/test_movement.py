@@ -150,6 +150,42 @@ def test_as_strided_bounds():
     assert mv.as_strided_copy(np.zeros(4, np.float32), (0, 3), (1, 1)).shape == (0, 3)
 
 
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(1, 20), st.sampled_from([1, 2, 3, 25, 130]), st.sampled_from([1, 2, 7, 64])),
+                min_size=1, max_size=3), st.sampled_from(ALL), st.sampled_from(ALL))
+def test_strided_copy_into_a_strided_view(dims, src_dtype, dst_dtype):
+    size = tuple(d[0] for d in dims)
+    # destination strides: row-major over a padded shape, dims laid out in natural or reversed order
+    padded = [n + p % 3 for (n, _, p) in dims]
+    order = list(range(len(dims)))[:: -1 if dims[0][1] % 2 else 1]
+    dstride, acc = [0] * len(dims), 1
+    for i in reversed(order):
+        dstride[i], acc = acc, acc * padded[i]
+    dstride = tuple(dstride)
+    sstride = tuple(d[1] for d in dims)
+    rng = np.random.default_rng(sum(size))
+    dn = 1 + sum((n - 1) * s for n, s in zip(size, dstride))
+    sn = 1 + sum((n - 1) * s for n, s in zip(size, sstride))
+    dst, src = data(rng, (dn,), dst_dtype), data(rng, (sn,), src_dtype)
+    dview = np.lib.stride_tricks.as_strided(dst, size, tuple(s * dst.itemsize for s in dstride))
+    sview = np.lib.stride_tricks.as_strided(src, size, tuple(s * src.itemsize for s in sstride))
+    expect_view = mv.copy(np.ascontiguousarray(sview), dst_dtype)  # the cast rules of copy
+    expect = dst.copy()
+    np.lib.stride_tricks.as_strided(expect, size, tuple(s * dst.itemsize for s in dstride))[...] = expect_view
+    mv.strided_copy_(dst, src, size, dstride, sstride)
+    assert_bits(dst, expect)
+    assert dview.shape == size
+
+
+def test_strided_copy_bounds():
+    with pytest.raises(KernelError, match="dst view .* reaches element 10 of a storage of 10"):
+        mv.strided_copy_.trace(TensorSpec((10,), DType.float32), TensorSpec((20,), DType.float32), (2, 2), (5, 5),
+                               (1, 2))
+    program = mv.strided_copy_.trace(TensorSpec((10,), DType.float32), TensorSpec((4,), DType.float32), (2, 2),
+                                     (5, 1), (2, 1))
+    assert [a.role for a in program.args if a.role != "scratch"] == ["inout", "in"]
+
+
 # -- cat -------------------------------------------------------------------------------------------
 @SETTINGS
 @given(st.lists(st.sampled_from([1, 3, 5, 64, 130]), min_size=1, max_size=3), st.data(),

@@ -20,21 +20,54 @@ sys.modules[__name__ + "._C"] = _C
 
 from .amp import get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled, is_bf16_supported  # noqa: E402
 from .device import (  # noqa: E402
-    NeuronDeviceProperties, current_device, device, device_count, get_device_capability, get_device_name,
-    get_device_properties, is_available, set_device, synchronize,
+    NeuronDeviceProperties,
+    current_device,
+    device,
+    device_count,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
+    is_available,
+    set_device,
+    synchronize,
 )
 from .fallback import NeuronFallbackWarning, is_strict, set_strict  # noqa: E402
 from .memory import (  # noqa: E402
-    empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_reserved,
-    memory_stats, reset_peak_memory_stats,
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_peak_memory_stats,
 )
 from .metrics import metrics, reset_metrics, top_ops  # noqa: E402
 from .random import (  # noqa: E402
-    default_generator, get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed,
-    seed_all, set_rng_state, set_rng_state_all,
+    default_generator,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
 )
 from .runtime import runtime  # noqa: E402
 from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: E402
+
+__all__ = [
+    "Event", "NeuronDeviceProperties", "NeuronFallbackWarning", "Stream", "current_device", "current_stream",
+    "default_generator", "default_stream", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
+    "get_autocast_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
+    "get_rng_state_all", "initial_seed", "is_autocast_enabled", "is_available", "is_bf16_supported",
+    "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics", "reset_metrics",
+    "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
+    "set_stream", "set_strict", "stream", "synchronize", "top_ops",
+]
 
 
 def is_initialized() -> bool:

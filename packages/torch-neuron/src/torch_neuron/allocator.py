@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+
 from neuron_hal import DeviceOutOfMemoryError
 
 SMALL, SMALL_LIMIT, LARGE = 512, 1 << 20, 2 << 20

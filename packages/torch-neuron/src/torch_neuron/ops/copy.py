@@ -9,6 +9,7 @@ kernel.
 from __future__ import annotations
 
 import torch
+
 from neuron_kernels.library import movement
 
 from ..runtime import runtime
