@@ -18,6 +18,7 @@ void release(void* ctx) {
   Runtime* rt = runtime();
   if (rt != nullptr && Py_IsInitialized()) {
     py::gil_scoped_acquire gil;
+    py::error_scope pending;  // tensors die while a Python error propagates: keep it aside
     try {
       rt->free(block->device, block->address);
     } catch (py::error_already_set& e) {

@@ -80,12 +80,14 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if src.shape != dst.shape:
+        src = src.expand_as(dst)  # raises for shapes that do not broadcast, as copy_ does
     if dst.numel() == 0:
         return dst
     if src.device.type == "neuron" and dst.device.type == "neuron":
-        device_copy(dst, src.expand_as(dst) if src.shape != dst.shape else src)
+        device_copy(dst, src)
     elif dst.device.type == "neuron":  # host -> device
-        host = src.to(dst.dtype).expand_as(dst)
+        host = src.to(dst.dtype)
         if dst.is_contiguous():
             write_contiguous(dst, host)
         else:
