@@ -177,3 +177,12 @@ def test_generators_and_rng_state():
     assert torch.neuron.random.reserve(mine, 4, 0) == (7, 0)
     torch.manual_seed(5)  # torch.manual_seed seeds every accelerator's default generators too
     assert torch.neuron.initial_seed() == 5
+
+
+def test_host_alias_shares_device_memory_on_the_simulator():
+    x = torch.arange(12.0).reshape(3, 4).to("neuron")
+    alias = torch.neuron.host_alias(x.t())
+    assert alias.device.type == "cpu" and alias.shape == (4, 3)
+    torch.testing.assert_close(alias, torch.arange(12.0).reshape(3, 4).t())
+    alias[0, 1] = -1.0  # element (1, 0) of x
+    assert x[1, 0].item() == -1.0

@@ -43,6 +43,7 @@ from .memory import (  # noqa: E402
     reset_peak_memory_stats,
 )
 from .metrics import metrics, reset_metrics, top_ops  # noqa: E402
+from .ops.copy import host_alias  # noqa: E402
 from .random import (  # noqa: E402
     default_generator,
     get_rng_state,
@@ -62,7 +63,7 @@ __all__ = [
     "Event", "NeuronDeviceProperties", "NeuronFallbackWarning", "Stream", "current_device", "current_stream",
     "default_generator", "default_stream", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
     "get_autocast_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
-    "get_rng_state_all", "initial_seed", "is_autocast_enabled", "is_available", "is_bf16_supported",
+    "get_rng_state_all", "host_alias", "initial_seed", "is_autocast_enabled", "is_available", "is_bf16_supported",
     "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
     "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics", "reset_metrics",
     "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",

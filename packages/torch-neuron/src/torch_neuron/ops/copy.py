@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from neuron_hal import Driver
 from neuron_kernels.library import movement
 
 from ..runtime import runtime
@@ -34,12 +35,30 @@ def _span(t: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
 
 
+def host_alias(t: torch.Tensor) -> torch.Tensor:
+    """A CPU tensor over the same device memory as neuron tensor ``t`` (no copy), on drivers that map
+    device memory into the host (the simulator does; hardware does not). Writes through it change
+    ``t``. It does not keep ``t``'s storage alive: keep ``t`` while using the alias."""
+    n = extent(t)
+    if n == 0:
+        return torch.empty(t.shape, dtype=t.dtype)
+    drv = runtime().driver
+    view = drv.map(t.device.index, t.data_ptr(), n * t.element_size())
+    if view is None:
+        raise RuntimeError(f"the {drv.name!r} driver cannot map device memory into the host; use .cpu()")
+    flat = torch.frombuffer(view, dtype=t.dtype, count=n)
+    return torch.as_strided(flat, t.shape, t.stride())
+
+
 def to_host(src: torch.Tensor) -> torch.Tensor:
     """A new host tensor equal to a neuron tensor (any strides)."""
     n = extent(src)
+    drv = runtime().driver
+    if n and type(drv).map is not Driver.map:  # a mapping driver: one host copy straight from its memory
+        return host_alias(src).clone()
     flat = torch.empty(n, dtype=src.dtype)
     if n:
-        runtime().driver.read(src.device.index, src.data_ptr(), _bytes(flat).numpy())
+        drv.read(src.device.index, src.data_ptr(), _bytes(flat).numpy())
     if src.dim() == 0:
         return flat.reshape(())
     return torch.as_strided(flat, src.shape, src.stride()).clone()
