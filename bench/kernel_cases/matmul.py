@@ -1,6 +1,7 @@
 """Matmul family: bf16 GEMMs at 1024^3 and 4096^3 (a given [K, M] — no transposes — and the plain
-[M, K] layout, made K-major on TensorE), an fp32 GEMM (4x TensorE cost, roofline at the fp32 rate),
-linear with torch's weight layout, and a 3x3 conv2d. Roofline: 2*M*N*K FLOPs at TensorE peak."""
+[M, K] layout, made K-major by DMA transposes or on TensorE, as the kernel's default ``transpose="auto"``
+picks), an fp32 GEMM (4x TensorE cost, roofline at the fp32 rate), linear with torch's weight layout, and
+a 3x3 conv2d. Roofline: 2*M*N*K FLOPs at TensorE peak."""
 
 from neuron_hal import DType
 from neuron_kernels import TensorSpec

@@ -53,3 +53,12 @@ def test_get_profile_env(monkeypatch):
 def test_unknown_source_name():
     with pytest.raises(KeyError, match="no parameter"):
         TRN2.source("warp_drive")
+
+
+def test_dma_transpose_by_generation():
+    # [NKI-ARCH-V3]: from NC-v3, at <= 90% (HBM -> SBUF) and <= 50% (SBUF -> SBUF) of copy throughput.
+    assert not TRN1.dma_transpose and TRN2.dma_transpose and TRN3.dma_transpose
+    assert (TRN2.dma_transpose_hbm_fraction, TRN2.dma_transpose_sbuf_fraction) == (0.9, 0.5)
+    assert (TRN3.dma_transpose_hbm_fraction, TRN3.dma_transpose_sbuf_fraction) == (0.9, 0.5)
+    assert "[NKI-ARCH-V3]" in TRN2.source("dma_transpose_hbm_fraction")
+    assert "[INFERRED]" in TRN3.source("dma_transpose")

@@ -82,6 +82,33 @@ def test_dtype_lookup():
 def test_every_opcode_is_registered_with_engines():
     assert set(isa.OPCODES) >= {"nc_matmul", "nc_transpose", "activation", "tensor_tensor", "tensor_scalar",
                                 "tensor_reduce", "tensor_copy", "memset", "iota", "affine_select", "select",
-                                "partition_reduce", "partition_broadcast", "dma_copy", "dma_gather", "dma_scatter"}
+                                "partition_reduce", "partition_broadcast", "dma_copy", "dma_gather", "dma_scatter",
+                                "dma_transpose", "scalar_tensor_tensor"}
     for cls in isa.OPCODES.values():
         assert cls.engines and all(isinstance(e, Engine) for e in cls.engines)
+
+
+def test_new_instructions_round_trip_and_list():
+    t = AP.sbuf("bfloat16", 128, (256,))
+    col = AP.sbuf("float32", 128, (1,), offset=8192)
+    other = AP.sbuf("bfloat16", 128, (256,), offset=4096)
+    ins = [
+        isa.DmaTranspose(t, AP.hbm(0, "bfloat16", (256, 128)), queue=5),
+        isa.DmaTranspose(AP.sbuf("bfloat16", 64, (32,), offset=16384), AP.sbuf("bfloat16", 32, (64,), offset=20480)),
+        isa.ScalarTensorTensor(t, t, Alu.subtract, col, Alu.multiply, other, reverse0=True),
+        isa.ScalarTensorTensor(t, t, Alu.add, -2.5, Alu.max, other, reverse1=True),
+    ]
+    p = Program("new", [TensorArg("x", (256, 128), "bfloat16")], ins)
+    q = Program.from_json(p.to_json())
+    assert q == p and q.instructions == p.instructions
+    assert [type(i) for i in q.instructions] == [type(i) for i in ins]
+    assert q.instructions[3].operand0 == -2.5 and q.instructions[2].operand0 == col
+    ops = [d["opcode"] for d in json.loads(p.to_json())["instructions"]]
+    assert ops == ["dma_transpose", "dma_transpose", "scalar_tensor_tensor", "scalar_tensor_tensor"]
+    text = str(p)
+    assert "sync   dma_transpose" in text and "queue=5" in text and "hbm%0+0x0 [256:128]{128:1} bfloat16" in text
+    assert "vector scalar_tensor_tensor" in text and "op0=subtract" in text and "op1=multiply" in text
+    assert "reverse0=True" in text
+    assert ins[0].reads() == (ins[0].src,) and ins[0].writes() == (t,)
+    assert set(map(id, ins[2].reads())) == {id(t), id(col), id(other)}
+    assert "dma_transpose" in isa.DMA_OPCODES

@@ -167,3 +167,36 @@ def test_interleaved_destination_dims_that_do_not_overlap_are_allowed():
 def test_stride_limit_ignores_dims_that_never_step():
     check(isa.Memset(AP(Space.SBUF, DType.bfloat16, 128, ((1, 40000), (8, 1))), 0.0))
     broken("free stride", isa.Memset(AP(Space.SBUF, DType.bfloat16, 128, ((2, 40000), (8, 1))), 0.0))
+
+
+def test_dma_transpose_rules():
+    from neuron_hal import TRN1
+
+    rows = AP.hbm(0, "float32", (256, 128))  # x as 256 rows of 128 (its byte size)
+    tile = AP.sbuf("float32", 128, (256,))
+    check(isa.DmaTranspose(tile, rows))
+    check(isa.DmaTranspose(AP.sbuf("float32", 100, (60,)), AP.sbuf("float32", 60, (100,), offset=4096)))
+    broken("dma transpose", isa.DmaTranspose(tile, rows), profile=TRN1, match="trn1 (NC-v2) has no DMA transpose")
+    broken("dma transpose", isa.DmaTranspose(AP.psum("float32", 128, (256,)), rows), match="dst must be in SBUF")
+    broken("dma transpose", isa.DmaTranspose(tile, AP.psum("float32", 64, (128,))), match="src must be in HBM or SBUF")
+    broken("dma transpose dtype", isa.DmaTranspose(tile.with_dtype("bfloat16"), rows), match="does not cast")
+    for dt in ("float8_e4m3", "int8", "uint8"):
+        src = AP.hbm(0, dt, (256, 128))
+        broken("dma transpose dtype", isa.DmaTranspose(AP.sbuf(dt, 128, (256,)), src), match="1-byte elements")
+    broken("shape", isa.DmaTranspose(AP.sbuf("float32", 128, (255,)), rows), match="must be [128, 256]")
+    broken("partition limit", isa.DmaTranspose(AP.sbuf("float32", 256, (128,)), AP.hbm(0, "float32", (128, 256))))
+    broken("dma queue", isa.DmaTranspose(tile, rows, queue=16))
+
+
+def test_scalar_tensor_tensor_rules():
+    col = AP.sbuf("float32", 128, (1,), offset=8192)
+    other = AP.sbuf("float32", 128, (512,), offset=16384)
+    check(isa.ScalarTensorTensor(SB, SB16, Alu.subtract, 1.0, Alu.multiply, other))
+    check(isa.ScalarTensorTensor(SB, PS, Alu.add, col, Alu.max, other, reverse0=True))
+    broken("shape", isa.ScalarTensorTensor(SB, SB16, Alu.add, 1.0, Alu.add, AP.sbuf("float32", 128, (511,))))
+    broken("per-partition operand", isa.ScalarTensorTensor(SB, SB16, Alu.add, other, Alu.add, other))
+    broken("engine", isa.ScalarTensorTensor(SB, SB16, Alu.add, 1.0, Alu.add, other, engine=Engine.SCALAR))
+    broken("bitwise dtype", isa.ScalarTensorTensor(SB, SB, Alu.add, 1.0, Alu.bitwise_or, other))
+    i32 = [AP.sbuf("int32", 128, (8,), offset=o) for o in (0, 64, 128)]
+    check(isa.ScalarTensorTensor(i32[0], i32[1], Alu.left_shift, 2.0, Alu.bitwise_or, i32[2]))
+    broken("bitwise immediate", isa.ScalarTensorTensor(i32[0], i32[1], Alu.left_shift, 2.5, Alu.add, i32[2]))

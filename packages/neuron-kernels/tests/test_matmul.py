@@ -35,12 +35,13 @@ def close(out, ref, dtype):
 
 
 @SETTINGS
-@given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 700), st.sampled_from(FLAGS))
-def test_any_shape_bf16(m, k, n, flags):
+@given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 700), st.sampled_from(FLAGS),
+       st.sampled_from(["auto", "dma", "pe"]))
+def test_any_shape_bf16(m, k, n, flags, transpose):
     ta, tb = flags
     rng = np.random.default_rng(m * 7 + k * 13 + n)
     a, b = operands(rng, m, k, n, ta, tb, BF16)
-    close(matmul(a, b, ta, tb), reference(a, b, ta, tb), BF16)
+    close(matmul(a, b, ta, tb, transpose=transpose), reference(a, b, ta, tb), BF16)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 200, 1), (200, 1, 77), (64, 129, 1), (1, 300, 513),
@@ -99,20 +100,26 @@ def test_addmm_single_column(shape):
 
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("config", [{}, dict(block=128), dict(block=256, order="n_outer")])
-def test_linear(with_bias, config):
-    """Both operands need transposing; with several resident blocks the weight goes K-major through HBM once."""
+@pytest.mark.parametrize("transpose", ["dma", "pe"])
+def test_linear(with_bias, config, transpose):
+    """Both operands need transposing. By DMA (trn2 default) each load transposes; on TensorE, with several
+    resident blocks the weight goes K-major through HBM once."""
     rng = np.random.default_rng(8)
     x = rng.standard_normal((700, 300)).astype(BF16)
     w = rng.standard_normal((1100, 300)).astype(BF16)
     bias = rng.standard_normal(1100).astype(BF16) if with_bias else None
-    close(linear(x, w, bias, **config), reference(x, w, False, True, bias), BF16)
-    scratch = [a for a in linear.trace(x, w, bias, **config).args if a.role == "scratch"]
-    assert bool(scratch) == bool(config)
+    close(linear(x, w, bias, transpose=transpose, **config), reference(x, w, False, True, bias), BF16)
+    prog = linear.trace(x, w, bias, transpose=transpose, **config)
+    scratch = [a for a in prog.args if a.role == "scratch"]
+    assert bool(scratch) == (bool(config) and transpose == "pe")
+    assert any(isinstance(i, isa.DmaTranspose) for i in prog.instructions) == (transpose == "dma")
 
 
 @pytest.mark.parametrize("config", [dict(order="m_outer"), dict(order="n_outer"), dict(block=128),
                                     dict(block=256, bufs=2), dict(tile_n=128), dict(tile_n=256, group=1),
-                                    dict(group=2, bufs=3), dict(order="n_outer", block=512, tile_n=256)])
+                                    dict(group=2, bufs=3), dict(order="n_outer", block=512, tile_n=256),
+                                    dict(transpose="pe"), dict(transpose="pe", order="n_outer", block=128),
+                                    dict(transpose="dma", order="m_outer", block=128, tile_n=256)])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
 def test_every_tunable_is_correct(config, ta, tb):
     rng = np.random.default_rng(9)
@@ -120,16 +127,18 @@ def test_every_tunable_is_correct(config, ta, tb):
     close(matmul(a, b, ta, tb, **config), reference(a, b, ta, tb), BF16)
 
 
-def test_k_larger_than_sbuf_panels_is_chunked():
-    """With a small SBUF the panels cannot hold all of K: K is split and accumulated in PSUM."""
+@pytest.mark.parametrize("transpose", ["auto", "dma", "pe"])
+def test_k_larger_than_sbuf_panels_is_chunked(transpose):
+    """With a small SBUF the panels cannot hold all of K: K is split and accumulated in PSUM (2860 = 7 x 384
+    + 172: the last chunk ends in a partial K tile)."""
     prof = TRN2.replace(sbuf_partition_bytes=24 * 1024)
     drv = get_driver("sim", prof)
     rng = np.random.default_rng(10)
     for ta, tb in FLAGS:
-        a, b = operands(rng, 200, 3000, 300, ta, tb, BF16)
-        plan_k = mm._plan(prof, 200, 300, 3000, 2, 2, not ta, tb, "auto", 0, 512, 0, 0).kc
-        assert plan_k < 3000
-        close(matmul(a, b, ta, tb, driver=drv), reference(a, b, ta, tb), BF16)
+        a, b = operands(rng, 200, 2860, 300, ta, tb, BF16)
+        plan_k = mm._plan(prof, 200, 300, 2860, 2, 2, not ta, tb, "auto", 0, 512, 0, 0).kc
+        assert plan_k < 2860
+        close(matmul(a, b, ta, tb, transpose=transpose, driver=drv), reference(a, b, ta, tb), BF16)
 
 
 def _run_bytes(ap: isa.AP) -> int:
@@ -149,14 +158,64 @@ def _run_bytes(ap: isa.AP) -> int:
 
 @pytest.mark.parametrize("ta,tb", FLAGS)
 @pytest.mark.parametrize("m,k,n", [(300, 260, 1030), (1024, 1024, 1024), (64, 130, 64)])
-def test_no_dma_moves_short_runs(m, k, n, ta, tb):
-    """Transposes happen on TensorE: every DMA moves runs of at least 64 elements (whole panel rows)."""
+@pytest.mark.parametrize("transpose", ["dma", "pe"])
+def test_no_dma_moves_short_runs(m, k, n, ta, tb, transpose):
+    """Transposes happen on TensorE or in the DMA engines (dma_transpose), never element by element in a
+    dma_copy: every copy moves runs of at least 64 elements (whole panel rows)."""
     a = TensorSpec((k, m) if ta else (m, k), DType.bfloat16)
     b = TensorSpec((n, k) if tb else (k, n), DType.bfloat16)
-    prog = matmul.trace(a, b, ta, tb, profile=TRN2)
+    prog = matmul.trace(a, b, ta, tb, transpose=transpose, profile=TRN2)
     runs = [min(_run_bytes(i.dst), _run_bytes(i.src)) for i in prog.instructions if isinstance(i, isa.DmaCopy)]
     assert min(runs) >= 128, sorted(runs)[:5]
-    assert any(isinstance(i, isa.Transpose) for i in prog.instructions) == (not ta or tb)
+    needs = not ta or tb
+    pe = needs and (transpose == "pe" or k % 128 != 0)  # a partial last K tile is transposed on TensorE
+    assert any(isinstance(i, isa.Transpose) for i in prog.instructions) == pe
+    assert any(isinstance(i, isa.DmaTranspose) for i in prog.instructions) == (needs and transpose == "dma")
+    for i in prog.instructions:
+        if isinstance(i, isa.DmaTranspose):  # whole K tiles: 128 partitions, rows of 128 elements
+            assert i.dst.partitions == 128 and i.src.free_size == 128
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32, ml_dtypes.float8_e4m3fn])
+def test_transpose_path_follows_profile_and_dtype(dtype):
+    """DMA transposes where the profile has them (trn2) for 2- and 4-byte dtypes; TensorE transposes on trn1
+    (no DMA transpose) and for fp8 (1-byte elements); the results agree."""
+    from neuron_hal import TRN1
+
+    rng = np.random.default_rng(11)
+    a, b = operands(rng, 200, 256, 150, False, True, dtype)
+    dt = DType.of(dtype)
+    for prof in (TRN1, TRN2):
+        for transpose in ("dma", "auto"):
+            prog = matmul.trace(TensorSpec(a.shape, dt), TensorSpec(b.shape, dt), False, True, transpose=transpose,
+                                profile=prof)
+            dma = prof.dma_transpose and dt.itemsize in (2, 4)
+            if transpose == "dma":
+                assert any(isinstance(i, isa.DmaTranspose) for i in prog.instructions) == dma
+                assert any(isinstance(i, isa.Transpose) for i in prog.instructions) == (not dma)
+            out = matmul(a, b, False, True, transpose=transpose, driver=get_driver("sim", prof))
+            close(out, reference(a, b, False, True), dtype)
+
+
+@pytest.mark.parametrize("m,k,n,dma", [(1024, 1024, 1024, True), (4096, 4096, 4096, True), (64, 8192, 64, False),
+                                       (4096, 4096, 128, False)])
+def test_auto_transpose_choice(m, k, n, dma):
+    """transpose="auto" picks by the throughput estimate: DMA transposes when TensorE is the bottleneck (they
+    take its transposes away), TensorE transposes when the DMA is (DMA transposes move data slower, and
+    one per K tile costs an issue each); both give the same values."""
+    prog = matmul.trace(TensorSpec((m, k), DType.bfloat16), TensorSpec((k, n), DType.bfloat16), profile=TRN2)
+    assert any(isinstance(i, isa.DmaTranspose) for i in prog.instructions) == dma
+    assert any(isinstance(i, isa.Transpose) for i in prog.instructions) == (not dma)
+
+
+@pytest.mark.parametrize("k", [129, 260, 383])
+def test_dma_transposes_leave_a_partial_k_tile_to_tensor_engine(k):
+    rng = np.random.default_rng(k)
+    a, b = operands(rng, 300, k, 200, False, True, BF16)
+    prog = matmul.trace(a, b, False, True, transpose="dma", profile=TRN2)
+    tps = [i for i in prog.instructions if isinstance(i, isa.Transpose)]
+    assert tps and all(i.src.free_size == k % 128 for i in tps)
+    close(matmul(a, b, False, True, transpose="dma"), reference(a, b, False, True), BF16)
 
 
 def test_errors_name_the_problem():
@@ -177,7 +236,7 @@ def _fraction(n, ta, dtype=DType.bfloat16):
 
 
 @pytest.mark.parametrize("n,ta,floor", [(4096, True, 0.90), (4096, False, 0.90), (1024, True, 0.75),
-                                        (1024, False, 0.70)])
+                                        (1024, False, 0.75)])
 def test_device_time_targets(n, ta, floor):
     """Default configuration on trn2 (cost model, no values): the family's performance targets."""
     assert _fraction(n, ta) >= floor

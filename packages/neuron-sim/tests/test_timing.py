@@ -66,6 +66,10 @@ def expected_cycles(ins, p) -> float:
             all(is16(x) for x in operands) and ins.a.space is ins.b.space is Space.SBUF
             and ins.op in (Alu.add, Alu.subtract, Alu.multiply) and all(unit_stride(x) for x in operands))
         return max(lo, n if fast else 2 * n)
+    if isinstance(ins, isa.ScalarTensorTensor):
+        fast = (ins.src.dtype is ins.operand1.dtype is DType.bfloat16 and ins.op0 is Alu.subtract
+                and ins.op1 is Alu.multiply and ins.dst.free_size % 2 == 0)
+        return max(lo, n if fast else 2 * n)
     if isinstance(ins, (isa.TensorScalar, isa.TensorCopy)):
         both16 = is16(ins.dst) and is16(ins.src)
         f = 1
@@ -223,6 +227,37 @@ def test_tensor_scalar_and_copy_alone(p, parts, n, engine, copy, data):
     check_alone(ins, p)
 
 
+@CASES
+@given(p=profiles, parts=partitions_st, n=st.sampled_from(SIZES + [3, 511]), data=st.data())
+def test_scalar_tensor_tensor_alone(p, parts, n, data):
+    fast = data.draw(st.booleans())
+    dts = ["bfloat16"] if fast else FLOATS
+    src = data.draw(on_chip(Engine.VECTOR, parts, n, 0, dts))
+    other = data.draw(on_chip(Engine.VECTOR, parts, n, 1, dts))
+    dst = data.draw(on_chip(Engine.VECTOR, parts, n, 2, FLOATS))
+    op0, op1 = (Alu.subtract, Alu.multiply) if fast else data.draw(st.sampled_from(
+        [(Alu.subtract, Alu.multiply), (Alu.add, Alu.multiply), (Alu.subtract, Alu.add), (Alu.max, Alu.divide)]))
+    operand0 = AP.sbuf("float32", parts, (1,), offset=150000) if data.draw(st.booleans()) else 0.5
+    check_alone(isa.ScalarTensorTensor(dst, src, op0, operand0, op1, other), p)
+
+
+def test_scalar_tensor_tensor_cost_cases():
+    """N for bf16 data and operand1, subtract then multiply, N even; 2N otherwise; at least MIN_II."""
+    p = TRN2
+    col = AP.sbuf("float32", 128, (1,), offset=150000)
+
+    def cycles(n, dt="bfloat16", odt="bfloat16", op0=Alu.subtract, op1=Alu.multiply):
+        ins = isa.ScalarTensorTensor(AP.sbuf("float32", 128, (n,), offset=100000), AP.sbuf(dt, 128, (n,)), op0, col,
+                                     op1, AP.sbuf(odt, 128, (n,), offset=40000))
+        return time_one(ins, p)[0].cycles[0]
+
+    assert cycles(512) == 512
+    assert cycles(511) == 2 * 511  # N odd
+    assert cycles(512, dt="float32") == 1024 and cycles(512, odt="float16") == 1024
+    assert cycles(512, op0=Alu.add) == 1024 and cycles(512, op1=Alu.add) == 1024
+    assert cycles(16) == p.min_ii and cycles(40, dt="float32") == 80
+
+
 def test_perf_modes_by_profile():
     """The documented factors themselves: 4x / 2x VectorE copies on trn2+, ScalarE 2x on trn3 only."""
     src, dst = AP.sbuf("bfloat16", 128, (1024,)), AP.sbuf("bfloat16", 128, (1024,), offset=8192)
@@ -347,6 +382,9 @@ def test_field_roles_match_reads_and_writes():
         isa.Select(x[0], x[1], x[2], 0.0),
         isa.DmaGather(x[0], table, idx), isa.DmaScatter(table, x[0], idx, accumulate=True),
         isa.DmaScatter(table, x[0], idx), isa.TensorTensor(x[0], x[1], x[2], Alu.add),
+        isa.ScalarTensorTensor(x[0], x[1], Alu.subtract, x[2], Alu.multiply, x[3]),
+        isa.ScalarTensorTensor(x[0], x[1], Alu.subtract, 1.0, Alu.multiply, x[3]),
+        isa.DmaTranspose(x[0], table), isa.DmaTranspose(x[0], x[1]),
     ]
     for ins in samples:
         reads, writes = set(), set()
@@ -426,6 +464,44 @@ def test_dma_on_chip_hbm_to_hbm_cast_and_indirect():
     plan, res = time_one(gather, p, table)
     assert res.dma_bytes == 16 * 32 * 4  # the gathered tile, not the table
     assert res.end_ns == pytest.approx(dma_alone_ns(p, 2048, 2, hbm_bw(p), 16))
+
+
+@pytest.mark.parametrize("p", [TRN2, TRN3], ids=lambda p: p.name)
+@pytest.mark.parametrize("rows,cols,dt", [(128, 128, "bfloat16"), (1024, 128, "bfloat16"), (64, 100, "float32"),
+                                          (300, 16, "int16"), (5, 1, "int32")])
+@pytest.mark.parametrize("pad", [0, 64])
+def test_dma_transpose_alone(p, rows, cols, dt, pad):
+    """A DMA transpose is a DMA whose bandwidth is scaled by the profile's fraction: from HBM (rows x cols of
+    a matrix whose rows are cols + pad long) and SBUF to SBUF; runs counted on each side as stored, as for
+    dma_copy (contiguous rows in HBM merge into one run)."""
+    stride = cols + pad
+    args = [TensorArg("x", (rows, stride), dt)]
+    nbytes = rows * cols * DType.of(dt).itemsize
+    engines = min(p.dma_engines, -(-cols // p.dma_partitions_per_engine))
+    ins = isa.DmaTranspose(AP.sbuf(dt, cols, (rows,)), AP.hbm(0, dt, (rows, cols), row_stride=stride), queue=3)
+    plan, res = time_one(ins, p, args)
+    bw = hbm_bw(p) * p.dma_transpose_hbm_fraction
+    runs = max(rows if pad else 1, cols)  # src: a run per row unless rows continue each other; dst: per partition
+    assert res.end_ns == pytest.approx(dma_alone_ns(p, nbytes, engines, bw, runs), rel=1e-12)
+    assert res.dma_bytes == nbytes and res.engine_instructions["dma"] == 1
+    assert res.engine_busy_ns["dma"] == pytest.approx(dma_transfer_ns(p, nbytes, bw, runs) / p.dma_engines)
+    if rows <= 128 and not pad:
+        sb = isa.DmaTranspose(AP.sbuf(dt, cols, (rows,), offset=65536), AP.sbuf(dt, rows, (cols,)))
+        engines = min(p.dma_engines, -(-max(rows, cols) // p.dma_partitions_per_engine))
+        bw = p.dma_engine_bytes_per_ns * p.dma_transpose_sbuf_fraction
+        want = dma_alone_ns(p, nbytes, engines, bw, max(rows, cols))
+        assert time_one(sb, p)[1].end_ns == pytest.approx(want, rel=1e-12)
+
+
+def test_dma_transpose_costs_more_than_a_copy_and_needs_the_profile_flag():
+    p = TRN2
+    args = [TensorArg("x", (512, 128), "bfloat16")]
+    copy = isa.DmaCopy(AP.sbuf("bfloat16", 128, (512,)), AP.hbm(0, "bfloat16", (128, 512)))
+    tp = isa.DmaTranspose(AP.sbuf("bfloat16", 128, (512,)), AP.hbm(0, "bfloat16", (512, 128)))
+    plan_c, plan_t = prepare_timing(Program("c", args, [copy]), p), prepare_timing(Program("t", args, [tp]), p)
+    assert plan_t.dma_bw[0] < plan_c.dma_bw[0]
+    with pytest.raises(ValueError, match="trn1 has no DMA transpose"):
+        prepare_timing(Program("t", args, [tp]), TRN1)
 
 
 def test_dma_queue_issue_dge_and_engine_contention():

@@ -1023,6 +1023,69 @@ def test_tensor_scalar(data, kind):
                 signed_zero=not {op0, op1} & {Alu.max, Alu.min})
 
 
+@SETTINGS
+@given(st.data(), st.sampled_from(["float", "float", "bitwise"]))
+def test_scalar_tensor_tensor(data, kind):
+    """dst = op1(op0(src, operand0), operand1) on VectorE in FP32, operand0 an immediate or a [P, 1] column."""
+    draw = data.draw
+    rig = Rig()
+    _, op0, sdt, odt, ddt = draw(alu_case(kind))
+    tdt = draw(st.sampled_from(FLOATS + FP8 + INTS if kind == "float" else INTS))
+    op1 = draw(st.sampled_from(FLOAT_ALU if kind == "float" else BITWISE + INT_EXACT))
+    if kind == "float" and draw(st.booleans()):  # the documented fast case
+        op0, op1, sdt, tdt = Alu.subtract, Alu.multiply, DType.bfloat16, DType.bfloat16
+    P, start = draw(partitions_st())
+    ssizes = draw(sizes_st())
+    n = math.prod(ssizes)
+    src = draw_onchip(draw, rig, sdt, P, start, ssizes, writable=False)
+    other = draw_onchip(draw, rig, tdt, P, start, draw(reshape_st(n)), writable=False)
+    dst = draw_onchip(draw, rig, ddt, P, start, draw(reshape_st(n)), writable=True)
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    x = rig.fill(src, seed)
+    y = rig.fill(other, seed + 3)
+    if op1 in (Alu.left_shift, Alu.right_shift):
+        rig.put(other, (np.abs(y.astype(np.int64)) % 40).astype(tdt.numpy))
+        y = rig.get(other)
+    bshape = (P,) + (1,) * len(ssizes)
+    shifts = op0 in (Alu.left_shift, Alu.right_shift)
+    if draw(st.booleans()):
+        o0 = draw_onchip(draw, rig, odt, P, start, (1,), writable=False)
+        v0 = rig.fill(o0, seed + 1)
+        if shifts:
+            rig.put(o0, (np.abs(v0.astype(np.int64)) % 40).astype(odt.numpy))
+            v0 = rig.get(o0)
+        a0 = Val.load(v0.reshape(bshape), False)
+    else:
+        if op0.is_bitwise:
+            o0 = float(draw(st.integers(0, 40) if shifts else st.integers(-1000, 1000)))
+        else:
+            o0 = draw(st.sampled_from([0.0, -0.0, 1.0, -2.5, 0.1, 3.0, 1e30, np.inf, np.nan, 7.0]))
+        a0 = Val.imm(o0, False, op0)
+    rev0, rev1 = draw(st.booleans()), draw(st.booleans())
+    rig.run(isa.ScalarTensorTensor(dst, src, op0, o0, op1, other, rev0, rev1))
+    signed = sdt.kind == "i"
+    xv = Val.load(x, False)
+    r = ref_binary(op0, a0, xv, False, signed) if rev0 else ref_binary(op0, xv, a0, False, signed)
+    r.v = np.broadcast_to(r.v, x.shape).reshape(dst.shape)
+    yv = Val.load(y.reshape(dst.shape), False)
+    r = ref_binary(op1, yv, r, False, signed) if rev1 else ref_binary(op1, r, yv, False, signed)
+    assert_same(rig.get(dst), ref_store(r, ddt, dst.shape), f"{op0} {op1}",
+                signed_zero=not {op0, op1} & {Alu.max, Alu.min})
+
+
+def test_scalar_tensor_tensor_keeps_the_intermediate_in_fp32():
+    rig = Rig()
+    src, other = AP.sbuf("bfloat16", 2, (4,)), AP.sbuf("bfloat16", 2, (4,), offset=64)
+    dst = AP.sbuf("bfloat16", 2, (4,), offset=128)
+    x = np.array([[1.0, 3.0, 100.0, -7.0], [0.5, 0.25, 2.0, 8.0]], ml_dtypes.bfloat16)
+    y = np.array([[3.0, 3.0, 3.0, 3.0], [1.0, 1.0, 1.0, 1.0]], ml_dtypes.bfloat16)
+    rig.put(src, x)
+    rig.put(other, y)
+    rig.run(isa.ScalarTensorTensor(dst, src, Alu.subtract, 1.0 / 3.0, Alu.multiply, other))
+    want = ((f64(x).astype(F32) - F32(1.0 / 3.0)).astype(F32) * f64(y).astype(F32)).astype(ml_dtypes.bfloat16)
+    assert_same(rig.get(dst), want)
+
+
 def test_bitwise_immediate_must_be_integral():
     rig = Rig()
     t = AP.sbuf("int32", 4, (4,))
@@ -1369,6 +1432,39 @@ def test_dma_scatter(data):
         bound[idx[p]] += np.abs(f64(svals[p].astype(F32)))
     rt = {DType.float32: 1e-5, DType.bfloat16: 2 ** -7, DType.float16: 2 ** -10}[tdt]
     assert np.all(np.abs(f64(got) - f64(ref_cast(acc, tdt))) <= rt * bound + 1e-30)
+
+
+DMA_TRANSPOSE_TYPES = [DType.bfloat16, DType.float32, DType.float16, DType.int16, DType.uint16, DType.int32,
+                       DType.uint32]
+
+
+@SETTINGS
+@given(st.data())
+def test_dma_transpose(data):
+    """dst[f, p] = src[p, f], bit exact, from HBM rows (any count) or an SBUF tile into an SBUF tile."""
+    draw = data.draw
+    rig = Rig()
+    dt = draw(st.sampled_from(DMA_TRANSPOSE_TYPES))
+    sspace = draw(st.sampled_from([Space.HBM, Space.SBUF]))
+    P = draw(st.sampled_from([1, 2, 5, 16, 31, 64, 100, 128] + ([129, 200, 300] if sspace is Space.HBM else [])))
+    F = draw(st.sampled_from([1, 2, 3, 16, 33, 64, 100, 128]))
+    misalign = draw(st.integers(0, dt.itemsize - 1))
+    src = draw(dma_side(rig, dt, sspace, P, draw(reshape_st(F, 2)), False, misalign))
+    dst = draw(dma_side(rig, dt, Space.SBUF, F, draw(reshape_st(P, 2)), True, draw(st.integers(0, dt.itemsize - 1))))
+    x = rig.fill(src, draw(st.integers(0, 2 ** 32 - 1)))
+    rig.fill(dst, 7)
+    rig.run(isa.DmaTranspose(dst, src, queue=draw(st.integers(0, 15))))
+    assert_same(rig.get(dst), x.reshape(P, F).T.reshape(dst.shape), f"{src} -> {dst}")
+
+
+def test_dma_transpose_is_bit_exact_for_nan_payloads():
+    rig = Rig()
+    x = np.array([[0x7FC1, 0xFF81, 0x0001], [0x7F80, 0x8000, 0xFFFF]], np.uint16).view(ml_dtypes.bfloat16)
+    src = rig.hbm_ap(DType.bfloat16, 2, ((3, 1),), 3)
+    rig.put(src, x)
+    dst = AP.sbuf("bfloat16", 3, (2,))
+    rig.run(isa.DmaTranspose(dst, src))
+    np.testing.assert_array_equal(rig.get(dst).view(np.uint16), x.view(np.uint16).T)
 
 
 @pytest.mark.parametrize("kind", ["gather", "scatter"])

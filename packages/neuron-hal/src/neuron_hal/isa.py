@@ -244,7 +244,7 @@ class Instruction:
             if v is None or v is False:
                 continue
             args.append(f"{f.name}={v.value if isinstance(v, enum.Enum) else v}")
-        return f"{self.engine.value:<6} {self.opcode:<18} {self.dst} <- {', '.join(args)}"
+        return f"{self.engine.value:<6} {self.opcode:<20} {self.dst} <- {', '.join(args)}"
 
 
 def _instruction(opcode: str, engines: tuple[Engine, ...]):
@@ -327,6 +327,25 @@ class TensorScalar(Instruction):
     reverse0: bool = False
     op1: Alu | None = None
     operand1: Operand | None = None
+    reverse1: bool = False
+    engine: Engine = Engine.VECTOR
+
+
+@_instruction("scalar_tensor_tensor", (Engine.VECTOR,))
+class ScalarTensorTensor(Instruction):
+    """dst = op1(op0(src, operand0), operand1): operand0 an immediate or a [P, 1] AP, operand1 a tensor
+    with dst's elements (VectorE; NKI's ``scalar_tensor_tensor``).
+
+    ``reverse0`` / ``reverse1`` swap an op's operands (operand0 op0 src; operand1 op1 intermediate).
+    """
+
+    dst: AP
+    src: AP
+    op0: Alu
+    operand0: Operand
+    op1: Alu
+    operand1: AP
+    reverse0: bool = False
     reverse1: bool = False
     engine: Engine = Engine.VECTOR
 
@@ -427,6 +446,21 @@ class DmaCopy(Instruction):
     engine: Engine = Engine.SYNC
 
 
+@_instruction("dma_transpose", (Engine.SYNC,))
+class DmaTranspose(Instruction):
+    """dst[f, p] = src[p, f] on DMA ``queue``: src [P, F] (HBM rows or an SBUF tile) into an SBUF tile [F, P].
+
+    The transpose is done by the DMA engines (NC-v3 and later, profile flag ``dma_transpose``); 2- and
+    4-byte dtypes, dst and src of the same dtype, bit exact. Free patterns flatten in row-major order
+    (F = src's elements per row, P = dst's elements per partition).
+    """
+
+    dst: AP
+    src: AP
+    queue: int = 0
+    engine: Engine = Engine.SYNC
+
+
 @_instruction("dma_gather", (Engine.SYNC,))
 class DmaGather(Instruction):
     """dst[p, :] = src row ``index[p, 0]``; src's ``partitions`` is the table's row count."""
@@ -456,4 +490,4 @@ class DmaScatter(Instruction):
         return (self.src, self.index, self.dst) if self.accumulate else (self.src, self.index)
 
 
-DMA_OPCODES = frozenset({"dma_copy", "dma_gather", "dma_scatter"})
+DMA_OPCODES = frozenset({"dma_copy", "dma_transpose", "dma_gather", "dma_scatter"})

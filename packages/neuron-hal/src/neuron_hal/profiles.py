@@ -90,6 +90,15 @@ class Profile:
         "engine's bandwidth and a 256 B run at ~50%, matching [DMA-BW] (>= 2 KiB per partition near peak, "
         "< 256 B severely overhead-bound)")
     dma_partitions_per_engine: int = _f("[NKI-ARCH-V2][DMA-OV] 16 engines x 8 partitions cover 128")
+    dma_transpose: bool = _f(
+        "[NKI-ARCH-V3] DMA transpose (HBM->SBUF, SBUF->SBUF; 2- and 4-byte dtypes) from NC-v3; NC-v2 has none; "
+        "NC-v4 [INFERRED] keeps it (the trn3 guide is silent)")
+    dma_transpose_hbm_fraction: float = _f(
+        "[NKI-ARCH-V3] a DMA transpose HBM->SBUF runs at up to 90% of copy throughput; NC-v4 [INFERRED] same; "
+        "0 where there is no DMA transpose")
+    dma_transpose_sbuf_fraction: float = _f(
+        "[NKI-ARCH-V3] a DMA transpose SBUF->SBUF runs at up to 50% of copy throughput; NC-v4 [INFERRED] same; "
+        "0 where there is no DMA transpose")
 
     # HBM.
     hbm_bytes: int = _f("[ARCH-TRN1/2/3] HBM per chip")
@@ -162,6 +171,7 @@ TRN1 = Profile(
     tensor_ghz=2.8, vector_ghz=1.12, scalar_ghz=1.4, gpsimd_ghz=1.4,
     vector_lanes_16bit=128, vector_lanes=128, scalar_lanes_16bit=128, scalar_lanes=128, gpsimd_lanes=128,
     psum_bf16_output=False, scalar_tensor_copy=False, scalar_tensor_scalar=False, sbuf_partition_bytes=192 * KiB,
+    dma_transpose=False, dma_transpose_hbm_fraction=0.0, dma_transpose_sbuf_fraction=0.0,
     vector_perf_copy_factor=1, vector_perf_copy_partial_factor=1, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
     hbm_bytes=32 * GiB, hbm_gbps=820.0, tensor_bf16_tflops=92.0,
@@ -173,6 +183,7 @@ TRN2 = Profile(
     tensor_ghz=2.4, vector_ghz=0.96, scalar_ghz=1.2, gpsimd_ghz=1.2,
     vector_lanes_16bit=512, vector_lanes=256, scalar_lanes_16bit=128, scalar_lanes=128, gpsimd_lanes=128,
     psum_bf16_output=False, scalar_tensor_copy=True, scalar_tensor_scalar=False, sbuf_partition_bytes=224 * KiB,
+    dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
     # [CONFLICT] 2.9 TB/s [ARCH-TRN2] vs 3 TB/s in the NKI trn2 guide; the architecture page is used.
@@ -186,6 +197,8 @@ TRN3 = Profile(
     tensor_ghz=2.4, vector_ghz=1.2, scalar_ghz=1.2, gpsimd_ghz=1.2,
     vector_lanes_16bit=512, vector_lanes=256, scalar_lanes_16bit=256, scalar_lanes=128, gpsimd_lanes=128,
     psum_bf16_output=True, scalar_tensor_copy=True, scalar_tensor_scalar=True, sbuf_partition_bytes=256 * KiB,
+    # [INFERRED] the trn3 guide does not mention DMA transpose; NC-v3's support and fractions are carried over.
+    dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=2,
     dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
     # [CONFLICT] 4.9 TB/s [ARCH-TRN3] vs 4.7 TB/s [NKI-ARCH-V4]; the architecture page is used.

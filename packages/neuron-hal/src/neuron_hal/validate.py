@@ -335,6 +335,13 @@ def _tensor_scalar(ins: isa.TensorScalar, profile: Profile) -> None:
         )
 
 
+def _scalar_tensor_tensor(ins: isa.ScalarTensorTensor, profile: Profile) -> None:
+    _same_shape(ins.dst, ins.src, ins.operand1)
+    _per_partition(ins.dst, ins.operand0, "operand0")
+    _integer_operands(ins, ins.op0, ins.operand0)
+    _integer_operands(ins, ins.op1)
+
+
 def _tensor_reduce(ins: isa.TensorReduce, profile: Profile) -> None:
     src, dst = ins.src, ins.dst
     _require(ins.op in isa.REDUCE_OPS, "reduce op", lambda: f"{ins.op.value} is not a reduction")
@@ -404,6 +411,44 @@ def _dma_copy(ins: isa.DmaCopy, profile: Profile) -> None:
     )
 
 
+def _dma_transpose(ins: isa.DmaTranspose, profile: Profile) -> None:
+    src, dst = ins.src, ins.dst
+    _require(
+        profile.dma_transpose,
+        "dma transpose",
+        lambda: (
+            f"{profile.name} (NC-v{profile.nc_version}) has no DMA transpose (it arrived with NC-v3); "
+            "transpose on TensorE (nc_transpose) instead"
+        ),
+    )
+    _require(
+        dst.space is Space.SBUF,
+        "dma transpose",
+        lambda: f"dst must be in SBUF, not {dst.space.value}",
+    )
+    _require(
+        src.space in (Space.HBM, Space.SBUF),
+        "dma transpose",
+        lambda: f"src must be in HBM or SBUF, not {src.space.value}",
+    )
+    _require(
+        src.dtype is dst.dtype,
+        "dma transpose dtype",
+        lambda: f"src is {src.dtype} and dst {dst.dtype}; a DMA transpose does not cast",
+    )
+    _require(
+        src.dtype.itemsize in (2, 4),
+        "dma transpose dtype",
+        lambda: f"{src.dtype} has {src.dtype.itemsize}-byte elements; DMA transposes 2- and 4-byte dtypes only",
+    )
+    _require(
+        dst.partitions == src.free_size and dst.free_size == src.partitions,
+        "shape",
+        lambda: f"dst {list(dst.shape)} must be [{src.free_size}, {src.partitions}] (the transpose of src "
+                f"[{src.partitions}, {src.free_size}]; dst partitions = src elements per row, at most {profile.pmax})",
+    )
+
+
 def _dma_indirect(ins, profile: Profile) -> None:
     table, tile = (ins.src, ins.dst) if isinstance(ins, isa.DmaGather) else (ins.dst, ins.src)
     _require(table.space is Space.HBM, "indirect dma", "the indexed table must be in HBM")
@@ -429,6 +474,7 @@ _SHAPE_RULES = {
     isa.Activation: _activation,
     isa.TensorTensor: _tensor_tensor,
     isa.TensorScalar: _tensor_scalar,
+    isa.ScalarTensorTensor: _scalar_tensor_tensor,
     isa.TensorReduce: _tensor_reduce,
     isa.TensorCopy: _tensor_copy,
     isa.Memset: lambda i, p: None,
@@ -438,6 +484,7 @@ _SHAPE_RULES = {
     isa.PartitionReduce: _partition_reduce,
     isa.PartitionBroadcast: _partition_broadcast,
     isa.DmaCopy: _dma_copy,
+    isa.DmaTranspose: _dma_transpose,
     isa.DmaGather: _dma_indirect,
     isa.DmaScatter: _dma_indirect,
 }

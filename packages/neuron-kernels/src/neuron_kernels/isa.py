@@ -68,6 +68,21 @@ def tensor_scalar(dst: View, data: View, op0, operand0, reverse0: bool = False, 
                    reverse1=reverse1, engine=engine)
 
 
+def scalar_tensor_tensor(dst: View, data: View, op0, operand0, op1, operand1: View, reverse0: bool = False,
+                         reverse1: bool = False) -> None:
+    """dst = op1(op0(data, operand0), operand1) on VectorE, in FP32.
+
+    ``operand0`` is an immediate or a [P, 1] column; ``operand1`` a tile with dst's elements. ``reverse0`` /
+    ``reverse1`` swap an op's operands. Costs N VectorE cycles when data and operand1 are bfloat16, op0 is
+    subtract, op1 multiply and N even; 2N otherwise (at least MIN_II).
+    """
+    if not isinstance(operand1, View):
+        raise KernelError(f"scalar_tensor_tensor: operand1 must be a tile, got {operand1!r} "
+                          "(for two immediates or columns use tensor_scalar)")
+    builder().emit(hal.ScalarTensorTensor, dst=dst, src=data, op0=_alu(op0), operand0=_scalar(operand0),
+                   op1=_alu(op1), operand1=operand1, reverse0=reverse0, reverse1=reverse1)
+
+
 def tensor_reduce(dst: View, data: View, op, axis, negate: bool = False, engine: Engine = Engine.VECTOR) -> None:
     """Reduce over free ``axis`` (an int or tuple of tile dims, 1 = first free dim)."""
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
@@ -125,6 +140,16 @@ def _queue(queue: int | None, dst: View) -> int:
 
 def dma_copy(dst: View, src: View, queue: int | None = None) -> None:
     builder().emit(hal.DmaCopy, dst=dst, src=src, queue=_queue(queue, dst))
+
+
+def dma_transpose(dst: View, src: View, queue: int | None = None) -> None:
+    """dst[f, p] = src[p, f] by the DMA engines: src [P, F] (HBM rows or an SBUF tile) into an SBUF tile [F, P].
+
+    NC-v3 and later (``nl.profile().dma_transpose``); 2- and 4-byte dtypes, no cast, F <= 128. Costs a DMA
+    whose bandwidth is ``dma_transpose_hbm_fraction`` (from HBM) or ``dma_transpose_sbuf_fraction`` (from
+    SBUF) of a copy's.
+    """
+    builder().emit(hal.DmaTranspose, dst=dst, src=src, queue=_queue(queue, dst))
 
 
 def dma_gather(dst: View, src: View, index: View, queue: int | None = None) -> None:

@@ -126,6 +126,15 @@ def tensor_tensor(ops, extra, engine, profile):
     return _floor(per_elem * dst.n * _penalty(ops, profile), profile)
 
 
+def scalar_tensor_tensor(ops, extra, engine, profile):
+    """N when data (src) and operand1 are bfloat16, op0 subtract, op1 multiply and N even, else 2N; floored
+    at MIN_II like the other VectorE formulas. Per-partition scalar operands do not count."""
+    dst, src, other = ops["dst"], ops["src"], ops["operand1"]
+    fast = (src.bf16 & other.bf16 & _op_in(extra["op0"], Alu.subtract) & _op_in(extra["op1"], Alu.multiply)
+            & (dst.n % 2 == 0))
+    return _floor(np.where(fast, 1.0, 2.0) * dst.n * _penalty(ops, profile), profile)
+
+
 def _copy_like(ops, extra, engine, profile):
     """max(MIN_II, N / f): f from the VectorE perf modes or ScalarE 16-bit mode (streamed operands dst, src)."""
     dst, src = ops["dst"], ops["src"]
@@ -193,6 +202,7 @@ COMPUTE = {
     "activation": activation,
     "tensor_tensor": tensor_tensor,
     "tensor_scalar": tensor_scalar,
+    "scalar_tensor_tensor": scalar_tensor_tensor,
     "tensor_reduce": tensor_reduce,
     "tensor_copy": tensor_copy,
     "memset": memset,
@@ -208,11 +218,12 @@ COMPUTE = {
 def dma(opcode: str, ops, profile):
     """(bytes, engines, bytes per ns per engine) of each DMA instruction.
 
-    bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies and gathers, src for
-    scatters (the table side of an indirect DMA is the whole table). Engines: min(dma_engines,
-    ceil(P / dma_partitions_per_engine)) for the widest on-chip side, all dma_engines for HBM<->HBM.
-    Bandwidth per engine: dma_engine_bytes_per_ns, capped at hbm_gbps_per_core / dma_engines when HBM is
-    involved (half that from HBM to HBM, where every byte is read and written in HBM).
+    bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies, transposes and
+    gathers, src for scatters (the table side of an indirect DMA is the whole table). Engines:
+    min(dma_engines, ceil(P / dma_partitions_per_engine)) for the widest on-chip side, all dma_engines for
+    HBM<->HBM. Bandwidth per engine: dma_engine_bytes_per_ns, capped at hbm_gbps_per_core / dma_engines when
+    HBM is involved (half that from HBM to HBM, where every byte is read and written in HBM); a DMA transpose
+    moves at dma_transpose_hbm_fraction (from HBM) or dma_transpose_sbuf_fraction (SBUF to SBUF) of that.
     """
     dst, src = ops["dst"], ops["src"]
     tile = src if opcode == "dma_scatter" else dst
@@ -227,9 +238,14 @@ def dma(opcode: str, ops, profile):
     capped = min(profile.dma_engine_bytes_per_ns, share)
     capped_both = min(profile.dma_engine_bytes_per_ns, share / 2)  # HBM to HBM reads and writes every byte
     bw = np.where(both, capped_both, np.where(hbm, capped, float(profile.dma_engine_bytes_per_ns)))
+    if opcode == "dma_transpose":
+        hf, sf = profile.dma_transpose_hbm_fraction, profile.dma_transpose_sbuf_fraction
+        if not profile.dma_transpose or hf <= 0 or sf <= 0:
+            raise ValueError(f"timing: {profile.name} has no DMA transpose (profile.dma_transpose is False)")
+        bw = bw * np.where(hbm, hf, sf)
     # Each contiguous run is one descriptor element costing dma_descriptor_ns of engine time; folded into an
     # effective bandwidth so a transfer of many short runs (e.g. element-granular transposes) is slow.
-    if opcode == "dma_copy":
+    if opcode in ("dma_copy", "dma_transpose"):  # a transpose: the runs of each side as stored
         runs = np.maximum(_runs(dst), _runs(src))
     else:  # indirect: one table row per tile partition
         table = dst if opcode == "dma_scatter" else src

@@ -298,6 +298,9 @@ def _prepare(program, profile: Profile) -> TimingPlan:
         extra = {}
         if name in ("tensor_tensor", "tensor_reduce"):
             extra["op"] = _codes(list(map(attrgetter("op"), sub)), _ALUS)
+        if name == "scalar_tensor_tensor":
+            extra["op0"] = _codes(list(map(attrgetter("op0"), sub)), _ALUS)
+            extra["op1"] = _codes(list(map(attrgetter("op1"), sub)), _ALUS)
         if name == "memset":
             extra["value"] = np.fromiter(map(attrgetter("value"), sub), np.float64, len(idx))
         if name in isa.DMA_OPCODES:

@@ -35,7 +35,7 @@ Numerics (the ISA docstrings are normative; where they are silent, these are the
   mode). ``abs_max`` = max(|a|, |b|). ``bypass`` = first operand (after ``reverse``).
 - Reductions (tensor_reduce, partition_reduce, activation's ``reduce_dst``) accumulate in FP32
   with numpy's pairwise order; empty reductions give the identity (0, 1, -inf, +inf, 0).
-- Same-dtype data movement (dma_copy, tensor_copy, transpose, partition_broadcast, gather,
+- Same-dtype data movement (dma_copy, dma_transpose, tensor_copy, transpose, partition_broadcast, gather,
   non-accumulating scatter, select when its data operands share the destination dtype) is bit
   exact, NaN payloads included.
 - dma_copy between dtypes: int <-> int (any widths, bool as 0/1) casts directly (wraps);
@@ -45,6 +45,8 @@ Numerics (the ISA docstrings are normative; where they are silent, these are the
   once into the table.
 - nc_matmul: inputs widened to FP32, product by numpy FP32 matmul, added to (or stored into) the
   FP32 PSUM tile; a BF16 destination (trn3) accumulates in FP32 and rounds RNE once per matmul.
+- scalar_tensor_tensor: ``op1(op0(src, operand0), operand1)`` in FP32 (VectorE), like tensor_scalar's
+  two ops with a tensor second operand; the intermediate stays FP32 (not rounded to dst's dtype).
 - activation: ``f(src * scale + bias)`` with two FP32 roundings (multiply, then add);
   ``reduce_dst`` sums the FP32 results before their cast to ``dst``. gelu and erf are evaluated in
   float64 (piecewise Chebyshev interpolants of math.erf/math.erfc, relative error ~1e-13; gelu
@@ -856,6 +858,25 @@ def _tensor_scalar(ins: isa.TensorScalar, B: _Binder) -> Step:
     return step
 
 
+def _scalar_tensor_tensor(ins: isa.ScalarTensorTensor, B: _Binder) -> Step:
+    src, dst, other = ins.src, ins.dst, ins.operand1
+    mode = _int_mode(ins, src, dst, ins.operand0, other)  # VectorE: always FP32 (bitwise ops excepted)
+    gs, go, write, load = B.get(src), B.get(other), _writer(B, dst), _load_exact
+    wrap = _wrap_dtype(src)
+    g0 = _scalar_operand(B, ins.operand0, src, mode, ins.op0)
+    op0, op1, rev0, rev1 = ins.op0, ins.op1, ins.reverse0, ins.reverse1
+    sshape = src.shape
+
+    def step(h, a):
+        x = load(gs(h, a))
+        o = g0(h, a)
+        r = alu(op0, o, x, mode, wrap) if rev0 else alu(op0, x, o, mode, wrap)
+        r = np.broadcast_to(np.asarray(r), sshape)
+        y = load(go(h, a)).reshape(sshape)
+        write(h, a, alu(op1, y, r, mode, wrap) if rev1 else alu(op1, r, y, mode, wrap))
+    return step
+
+
 def _tensor_reduce(ins: isa.TensorReduce, B: _Binder) -> Step:
     src = ins.src
     mode = _int_mode(ins, src, ins.dst)
@@ -1024,6 +1045,17 @@ def _dma_copy(ins: isa.DmaCopy, B: _Binder) -> Step:
     return step_cast
 
 
+def _dma_transpose(ins: isa.DmaTranspose, B: _Binder) -> Step:
+    src, dst = ins.src, ins.dst
+    P, F = src.partitions, src.free_size
+    dshape = dst.shape
+    gs, gd = B.raw(src), B.raw(dst)  # same dtype (validated): bit exact
+
+    def step(h, a):
+        gd(h, a)[...] = gs(h, a).reshape(P, F).T.reshape(dshape)
+    return step
+
+
 def _indices(gi, h, a, rows: int, P: int, start: int, what: str) -> np.ndarray:
     idx = gi(h, a).reshape(P).astype(I64)
     bad = (idx < 0) | (idx >= rows)
@@ -1103,6 +1135,7 @@ _BUILDERS: dict[type, Callable[[isa.Instruction, _Binder], Step]] = {
     isa.Activation: _activation,
     isa.TensorTensor: _tensor_tensor,
     isa.TensorScalar: _tensor_scalar,
+    isa.ScalarTensorTensor: _scalar_tensor_tensor,
     isa.TensorReduce: _tensor_reduce,
     isa.TensorCopy: _tensor_copy,
     isa.Memset: _memset,
@@ -1112,6 +1145,7 @@ _BUILDERS: dict[type, Callable[[isa.Instruction, _Binder], Step]] = {
     isa.PartitionReduce: _partition_reduce,
     isa.PartitionBroadcast: _partition_broadcast,
     isa.DmaCopy: _dma_copy,
+    isa.DmaTranspose: _dma_transpose,
     isa.DmaGather: _dma_gather,
     isa.DmaScatter: _dma_scatter,
 }

@@ -10,20 +10,35 @@ Layout: TensorE computes ``stationary[K, M].T @ moving[K, N]`` with the contract
 partitions, so both operands are needed *K-major* (K rows on partitions, M or N along the free
 dim). ``a`` given as [K, M] (``transpose_a=True``) and ``b`` as [K, N] are K-major already and are
 loaded with plain row DMAs (every partition reads whole rows: runs of the panel width). ``a`` as
-[M, K] and ``b`` as [N, K] (``linear``'s weight) are loaded the same way in their own layout (runs
-of K elements) and turned K-major on TensorE: ``nc_transpose`` of each 128x128 block into PSUM
-(in the input dtype, up to a bank of blocks at a time) and one Vector/Scalar copy per bank back to
-SBUF. No DMA here ever transposes element by element (the simulator charges each contiguous run a
-descriptor cost, and real DMA engines crawl on 2-byte runs). A matrix with rows of one element
-([K, 1] as a K-major operand, [M, 1] as an output) is byte-identical to its transpose, so those
-cases are re-read in that layout rather than moved one element per partition.
+[M, K] and ``b`` as [N, K] (``linear``'s weight) become K-major one of two ways (tunable
+``transpose``):
 
-Schedule (see ``_plan`` and ``_Gemm``): the operand that needs transposing (else the one whose
-re-reads cost less DMA) is *resident*: a panel [K, block] is made K-major once and stays in SBUF
+- ``"dma"``: by the DMA engines (``dma_transpose``, NC-v3+, 2- and 4-byte dtypes): one DMA per
+  whole K tile of a panel, stored rows [w, 128] -> [128, w] straight into the panel (the DMA moves
+  at ``dma_transpose_hbm_fraction`` of a copy, rows of 256 B for bf16). A partial last K tile goes
+  the TensorE way below (as a DMA transpose it would write kp < 128 partitions on ceil(kp / 8) DMA
+  engines), read as rows of the panel's last 128 columns.
+- ``"pe"``: loaded in their own layout (runs of K elements) and turned K-major on TensorE:
+  ``nc_transpose`` of each 128x128 block into PSUM (in the input dtype, up to a bank of blocks at a
+  time) and one Vector/Scalar copy per bank back to SBUF. The only way on trn1 and for fp8.
+
+The default ``"auto"`` takes whichever :func:`_estimate` (a throughput estimate from the profile:
+TensorE work, DMA bytes, runs and issues) finds faster: DMA transposes when TensorE is the
+bottleneck (large, square GEMMs: they take the transposes off it), TensorE when the DMA is (skinny
+shapes, long K with few rows: one DMA transpose per K tile). No dma_copy here ever transposes
+element by element (the simulator charges each contiguous run a descriptor cost, and real DMA
+engines crawl on 2-byte runs). A matrix with rows of one element ([K, 1] as a K-major operand,
+[M, 1] as an output) is byte-identical to its transpose, so those cases are re-read in that layout
+rather than moved one element per partition (a single stored row [1, K] is then one run: TensorE).
+
+Schedule (see ``_plan`` and ``_Gemm``): the operand that needs TensorE transposes (else, when one
+operand comes by DMA transposes, the order whose loads cost less, ties streaming the DMA-transposed
+one so the cheap resident panel arrives first; else the one whose re-reads cost less DMA) is
+*resident*: a panel [K, block] is made K-major once and stays in SBUF
 while panels of the other operand stream past it through a ring of ``bufs`` buffers (the reference
 ``tiled_gemm`` keeps the moving panel resident instead; here the choice follows the transposes).
-When both operands need transposing (``linear`` on plain x) and there is more than one resident
-block, the streamed one is transposed once into an HBM scratch tensor [K, F] (rows of 512
+When both operands need TensorE transposes (``linear`` on plain x, ``"pe"``) and there is more than
+one resident block, the streamed one is transposed once into an HBM scratch tensor [K, F] (rows of 512
 columns) rather than again for every resident block. Output tiles [128, tile_n] (one PSUM bank)
 accumulate over all of K and are copied out (cast; alpha and bias for addmm/linear) by VectorE or
 ScalarE, whichever the cost model says is less loaded, and stored on their own DMA queues while
@@ -42,10 +57,11 @@ tile by tile and its very last tile in 128-column pieces, so the final copy-out 
 short. When K is too large for a panel pair in SBUF, K is split in chunks and each output tile
 accumulates over the chunks in PSUM.
 
-Performance (trn2 cost model, bf16, fraction of TensorE peak): 4096^3 99% with a [K, M], 96% with
-a [M, K]; 1024^3 84% and 73% (the transposes are 12.5% of TensorE's work at N = 1024; the first
-DMA's ~2 us latency and the last store's ~2 us bound the rest); fp32 1024^3 92% of the fp32 rate;
-linear 4096^3 86%.
+Performance (trn2 cost model, bf16, fraction of TensorE peak): 4096^3 99% with a [K, M], 98.7% with
+a [M, K]; 1024^3 84% and 78% (a [M, K] by DMA transposes; on TensorE its transposes were 12.5% of
+TensorE's work, 73%; the first DMA's ~2 us latency and the last store's ~2 us bound the rest, and
+the first block waits on the DMA, which the transposes make busier); fp32 1024^3 95% of the fp32
+rate; linear 4096^3 96%.
 """
 
 from __future__ import annotations
@@ -69,13 +85,17 @@ RAW_STEPS = (1, 1, 2, 4)  # K tiles per first-block row piece, in order (the las
 TP_BANKS = 2  # PSUM banks for transposes (the rest hold accumulators)
 PIECE_BYTES = 1 << 20  # background panel loads are cut into DMAs of about this size (per the whole tile)
 
-TUNABLES = {  # searched exhaustively by the autotuner: 72 configurations
+TUNABLES = {  # searched exhaustively by the autotuner: 144 configurations
     "order": ("auto", "m_outer", "n_outer"),  # which operand stays resident
     "block": (0, 1024, 512),  # resident panel width (0: the widest that fits SBUF)
     "tile_n": (512, 256),  # moving columns per matmul = PSUM tile width
     "group": (0, 2),  # output tiles accumulated together in the first block (0: as many as PSUM allows)
     "bufs": (0, 2),  # streamed panel ring depth (0: 3 when it fits, else 2)
+    # operands stored [F, K]: DMA transposes (where the profile has them) or TensorE; the default "auto" is
+    # whichever the throughput estimate (_estimate) prefers, so the search need not try it
+    "transpose": ("dma", "pe"),
 }
+DMA_TRANSPOSE_ITEMSIZES = (2, 4)  # the DMA transposes 2- and 4-byte dtypes (fp8 goes through TensorE)
 
 
 # ---- shapes and dtypes --------------------------------------------------------------------------
@@ -124,6 +144,7 @@ class _Operand:
     kmajor: bool
     K: int
     F: int
+    dmat: bool = False  # stored [F, K] but loaded K-major by DMA transposes (no TensorE transposes)
 
     def __post_init__(self):
         (r, rs), (c, cs) = self.view.dims
@@ -132,6 +153,22 @@ class _Operand:
             self.view, self.kmajor = _flat2(self.view, 1, self.K), False  # [K, 1] is the [1, K] row
         elif not self.kmajor and self.K == 1 and contiguous:
             self.view, self.kmajor = _flat2(self.view, 1, self.F), True  # [F, 1] is the [1, F] row
+
+    @property
+    def direct(self) -> bool:
+        """Loaded K-major straight by DMA (a copy, or DMA transposes of its full K tiles)."""
+        return self.kmajor or self.dmat
+
+    @property
+    def pe(self) -> bool:
+        """Some of its blocks are transposed on TensorE: all of them, or with DMA transposes a partial last
+        K tile (a DMA transpose of kp < 128 columns would write kp partitions on ceil(kp / 8) DMA engines)."""
+        return not self.kmajor and (not self.dmat or self.K % P != 0)
+
+    def cols(self, f0: int, w: int, k0: int, kp: int) -> View:
+        """Stored [F, K] rows f0..f0+w, columns k0..k0+kp (the source of one DMA transpose) as [w, kp]."""
+        (_, rs), (_, cs) = self.view.dims
+        return _view(self.view, self.view.offset + f0 * rs + k0 * cs, ((w, rs), (kp, cs)))
 
     def rows(self, r0: int, nt: int, c0: int, w: int, rows_per: int = P) -> View:
         """Stored rows r0 + t*128 + p (p < rows_per, t < nt), columns c0..c0+w, as [rows_per, nt, w]."""
@@ -159,11 +196,31 @@ def _panel_bytes(k: int, f: int, isz: int) -> int:
 
 
 def _plan(prof, M, N, K, isz, out_isz, t1: bool, t2: bool, order, block, tile_n, group, bufs,
-          col_bias: bool = False) -> _Plan:
-    """Pick the loop order and block sizes: the biggest resident panel that fits next to a stream."""
+          col_bias: bool = False, d1: bool = False, d2: bool = False) -> _Plan:
+    """Pick the loop order and block sizes: the biggest resident panel that fits next to a stream.
+
+    ``t1``/``t2``: the operand is made K-major on TensorE; ``d1``/``d2``: by DMA transposes (a partial last
+    K tile still on TensorE).
+    """
+    if order == "auto" and t1 == t2 and d1 != d2:
+        # One operand arrives by DMA transposes, dearer per byte than copies. Stream it (its loads spread
+        # over the blocks while the cheap resident panel loads first) unless that re-reads it more.
+        orders = ("n_outer", "m_outer") if d1 else ("m_outer", "n_outer")  # the one streaming it first
+        plans = [_plan(prof, M, N, K, isz, out_isz, t1, t2, o, block, tile_n, group, bufs, col_bias, d1, d2)
+                 for o in orders]
+        w = 1.0 / prof.dma_transpose_hbm_fraction
+
+        def load_cost(pl: _Plan) -> float:
+            m_outer = pl.order == "m_outer"
+            res, strm, blk = (M, N, pl.block1) if m_outer else (N, M, pl.block2)
+            w_res, w_strm = (d1, d2) if m_outer else (d2, d1)
+            passes = math.ceil(res / blk)  # the streamed operand is read once per resident block
+            return res * (w if w_res else 1.0) + strm * passes * (w if w_strm else 1.0)
+
+        return min(plans, key=load_cost)  # ties: the first, which streams the DMA-transposed operand
     budget = int(prof.sbuf_partition_bytes * SBUF_BUDGET)
     tile_n = min(tile_n, prof.gemm_moving_fmax, max(N, 1))
-    tp_bufs = TP_BANKS if (t1 or t2) else 0
+    tp_bufs = TP_BANKS if (t1 or t2 or ((d1 or d2) and K % P)) else 0
     acc_bufs = prof.psum_banks - tp_bufs - (1 if col_bias else 0)
     if order == "auto":
         if t1 != t2:
@@ -288,8 +345,18 @@ class _Panel:
                 kp = self.kp(full)
                 g.load(t[:kp, full, o:o + w], op.rows(self.k0 + full * P, 1, self.f0 + c0, w, kp))
             return
+        if op.dmat:  # one DMA transpose per full K tile: stored rows f0+c0.. (its 128 columns) -> [128, w]
+            t, o = self.seg(c0, w)
+            for kt in range(kt0, kt1):
+                if self.kp(kt) == P:
+                    g.load_transposed(t[:, kt, o:o + w], op.cols(self.f0 + c0, w, self.k0 + kt * P, P))
+            if self.kp(kt1 - 1) == P:
+                return
+            kt0, jbatch = kt1 - 1, True  # a partial last K tile: transposed on TensorE from row tiles
         j0, j1 = c0 // P, math.ceil((c0 + w) / P)
         kk0, kw = kt0 * P, min(self.ksz, kt1 * P) - kt0 * P
+        if op.dmat:  # rows of the panel's last 128 columns (runs as long as the DMA transposes'); kp used
+            kk0, kw = self.ksz - P, P
         nj = j1 - j0
         if jbatch:  # first-block pieces: small tiles of their own
             rt = nl.ndarray((min(P, w), nj, kw), self.dt, name="rows")
@@ -337,7 +404,7 @@ class _Panel:
 
     def need(self, kt: int, c0: int, w: int) -> None:
         """Make columns c0..c0+w of K tile kt K-major: emit every transpose item up to theirs."""
-        if self.op.kmajor or kt >= self.KT:
+        if self.op.kmajor or kt >= self.KT or (self.op.dmat and self.kp(kt) == P):
             return
         last = max(self.cover[(j, kt)] for j in range(c0 // P, math.ceil((c0 + w) / P)))
         while self.emitted <= last:
@@ -390,6 +457,10 @@ class _IO:
     # -- instruction helpers ------------------------------------------------------------------
     def load(self, dst: View, src: View) -> None:
         nisa.dma_copy(dst, src, queue=LOAD_QUEUES[self._lq % len(LOAD_QUEUES)])
+        self._lq += 1
+
+    def load_transposed(self, dst: View, src: View) -> None:
+        nisa.dma_transpose(dst, src, queue=LOAD_QUEUES[self._lq % len(LOAD_QUEUES)])
         self._lq += 1
 
     def store(self, dst: View, src: View) -> None:
@@ -495,7 +566,7 @@ class _Gemm(_IO):
     def _background_loads(self, pan: _Panel) -> None:
         """A panel needed by the next block: about PIECE_BYTES per DMA, row tiles one by one."""
         isz = pan.dt.itemsize
-        if pan.op.kmajor:
+        if pan.op.direct:
             step = max(1, PIECE_BYTES // max(1, pan.fsz * isz * P))
             for a in range(0, pan.KT, step):
                 pan.load(0, pan.fsz, a, min(pan.KT, a + step))
@@ -514,7 +585,7 @@ class _Gemm(_IO):
             out, a, i = [], 0, 0
             while a < pan.KT:
                 step = max(1, -(-65536 // per_kt))
-                if not pan.op.kmajor:  # row pieces grow: longer runs once TensorE has started
+                if not pan.op.direct:  # row pieces grow: longer runs once TensorE has started
                     step = max(step, RAW_STEPS[min(i, len(RAW_STEPS) - 1)])
                 end = min(pan.KT, a + step)
                 if end == pan.KT - 1 and pan.kp(end) < P:
@@ -525,7 +596,7 @@ class _Gemm(_IO):
             return out
 
         spans = self._footprints(groups, res)
-        if not pans[res].op.kmajor:  # row tiles are transposed in 128-column blocks: whole blocks, once each
+        if pans[res].op.pe:  # row tiles are transposed in 128-column blocks: whole blocks, once each
             cuts, done = [], 0
             for lo, hi in spans:
                 lo, hi = max(done, lo // P * P), min(pans[res].fsz, _round_up(hi, P))
@@ -553,7 +624,7 @@ class _Gemm(_IO):
         b0 = blocks[0]
         spans = self._footprints(groups[0], resident)
         segw = max(hi - lo for lo, hi in spans)
-        if any(lo % segw for lo, _ in spans) or (segw % P and not (self.x1, self.x2)[resident - 1].kmajor):
+        if any(lo % segw for lo, _ in spans) or (segw % P and (self.x1, self.x2)[resident - 1].pe):
             segw = None  # groups not aligned (merged spans, transposes of 128-column blocks): one segment
         first = {w: self._panel(w, b0, w != resident, segw if w == resident else None) for w in (1, 2)}
         self._first_loads(first, groups[0])
@@ -692,7 +763,7 @@ class _Gemm(_IO):
 
 # ---- entry points ---------------------------------------------------------------------------------
 def _gemm2d(kname, a: View, b: View, out: View, ta: bool, tb: bool, epi: _Epilogue, order, block, tile_n, group,
-            bufs):
+            bufs, transpose="auto"):
     """out[M, N] = op(a) @ op(b) (+ epilogue) for 2-D HBM views."""
     M, K, N = _mk(kname, a, b, ta, tb)
     x1 = _Operand(a, ta, K, M)  # A^T: K-major when a is given [K, M]
@@ -707,13 +778,33 @@ def _gemm2d(kname, a: View, b: View, out: View, ta: bool, tb: bool, epi: _Epilog
                                                                                  (r, 0 if r == 1 else 1))))
     prof = nl.profile()
     col_bias = epi.bias is not None and epi.beta != 0 and epi.bias.shape[1] == 1
+    if transpose not in ("auto", *TUNABLES["transpose"]):
+        raise KernelError(f"{kname}: transpose={transpose!r} is not one of auto, {', '.join(TUNABLES['transpose'])}")
 
     def plan_for(x1, x2):
-        return _plan(prof, x1.F, x2.F, K, x1.view.dtype.itemsize, out.dtype.itemsize, not x1.kmajor,
-                     not x2.kmajor, order, block, tile_n, group, bufs, col_bias)
+        return _plan(prof, x1.F, x2.F, K, x1.view.dtype.itemsize, out.dtype.itemsize, not x1.direct,
+                     not x2.direct, order, block, tile_n, group, bufs, col_bias, x1.dmat, x2.dmat)
 
+    # Operands stored [F, K] become K-major by DMA transposes (where the profile has them, for 2- and 4-byte
+    # dtypes) or on TensorE; "auto" takes the combination the throughput estimate finds fastest.
+    can = prof.dma_transpose and x1.view.dtype.itemsize in DMA_TRANSPOSE_ITEMSIZES
+    ways = {"dma": (True,), "pe": (False,), "auto": (True, False)}[transpose] if can else (False,)
+
+    def choices(x):  # a single stored row [1, K] is one contiguous run (one row load, TensorE transposes);
+        return ways if not x.kmajor and x.F > 1 and x.K >= P else (False,)  # K < 128 has no whole K tile
+
+    combos = [(d1, d2) for d1 in choices(x1) for d2 in choices(x2)]
+    if len(combos) > 1:
+        def estimate(combo):
+            x1.dmat, x2.dmat = combo
+            return _estimate(prof, plan_for(x1, x2), x1, x2, K, out.dtype.itemsize)
+
+        best = min(combos, key=estimate)  # ties: the first (DMA transposes)
+    else:
+        best = combos[0]
+    x1.dmat, x2.dmat = best
     plan = plan_for(x1, x2)
-    if not x1.kmajor and not x2.kmajor:
+    if not x1.direct and not x2.direct:
         # Both need transposing: the streamed one would be transposed again for every resident block.
         # When there is more than one, transpose it once into an HBM scratch instead (K-major, long rows).
         res, blk = (x1.F, plan.block1) if plan.order == "m_outer" else (x2.F, plan.block2)
@@ -724,6 +815,50 @@ def _gemm2d(kname, a: View, b: View, out: View, ta: bool, tb: bool, epi: _Epilog
                 x1 = _transpose_to_hbm(x1)
             plan = plan_for(x1, x2)
     _Gemm(x1, x2, dst, epi, plan).run()
+
+
+def _estimate(prof, pl: _Plan, x1: _Operand, x2: _Operand, K: int, out_isz: int) -> float:
+    """Throughput estimate (ns) of a plan from the profile: the busiest of TensorE (matmuls and TensorE
+    transposes), the DMA engines (bytes, DMA transposes at their fraction of the bandwidth, a descriptor per
+    contiguous run) and the DMA issue (one DMA transpose per K tile of a panel). Used only to choose how
+    operands stored [F, K] become K-major; latencies and overlap are left to the simulator."""
+    isz = x1.view.dtype.itemsize
+    KT, kc = math.ceil(K / P), min(pl.kc, K)
+    chunks = math.ceil(K / kc)
+    F1, F2 = x1.F, x2.F
+    n1, n2 = math.ceil(F1 / pl.block1), math.ceil(F2 / pl.block2)
+    m_outer = pl.order == "m_outer"
+    n_res, n_strm = (n1, n2) if m_outer else (n2, n1)
+    res_passes = 1 if chunks == 1 or n_strm == 1 else n_strm
+    strm_passes = 1 if chunks == 1 and n_strm == 1 else n_res
+    passes = (res_passes, strm_passes) if m_outer else (strm_passes, res_passes)
+    factor = prof.matmul_fp32_factor if isz == 4 else 1
+    ii = max(min(prof.mm_init_latency, min(P, F1)), min(pl.tile_n, F2))
+    te = math.ceil(F1 / P) * math.ceil(F2 / pl.tile_n) * KT * ii * factor
+    bw = prof.dma_bytes_per_ns
+    run_ns = prof.dma_descriptor_ns / prof.dma_engines
+    dma = F1 * F2 * out_isz / bw + F1 * math.ceil(F2 / pl.tile_n) * run_ns  # the output
+    issues = 0
+    both_pe = not x1.direct and not x2.direct
+    for x, n, blk, k in ((x1, passes[0], pl.block1, 0), (x2, passes[1], pl.block2, 1)):
+        nbytes = n * x.F * K * isz
+        if x.kmajor:
+            dma += nbytes / bw + n * K * math.ceil(x.F / blk) * run_ns
+        elif x.dmat:
+            full, tail = K // P, K % P  # a partial last K tile is loaded as rows and transposed on TensorE
+            dma += n * x.F * isz * (full * P / (bw * prof.dma_transpose_hbm_fraction) + tail / bw)
+            dma += n * x.F * (full + (tail > 0)) * run_ns
+            issues += n * full * math.ceil(x.F / blk)
+            te += n * math.ceil(x.F / P) * (tail > 0) * max(min(P, x.F), min(prof.mm_init_latency, tail))
+        else:
+            streamed = k == (1 if m_outer else 0)
+            if both_pe and streamed and n > 1:  # transposed once through an HBM scratch, then read K-major
+                te += math.ceil(x.F / P) * KT * max(min(P, x.F), min(prof.mm_init_latency, P))
+                dma += (2 * x.F * K * isz + nbytes) / bw
+                continue
+            te += n * math.ceil(x.F / P) * KT * max(min(P, x.F), min(prof.mm_init_latency, min(P, K)))
+            dma += nbytes / bw + n * x.F * chunks * run_ns
+    return max(te / prof.tensor_ghz, dma, issues * prof.dma_issue_ns / prof.dma_dge_units)
 
 
 def _transpose_to_hbm(op: _Operand) -> _Operand:
@@ -779,18 +914,20 @@ def _bias2d(kname, bias: View, M: int, N: int) -> View:
     return bias
 
 
-@kernel(tunables=TUNABLES, version=1)
-def matmul(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0):
+@kernel(tunables=TUNABLES, version=2)
+def matmul(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0,
+           transpose="auto"):
     """C = op(a) @ op(b); op(a) = a.T when ``transpose_a`` (a given [K, M]), op(b) = b.T when ``transpose_b``."""
     dt = _check_dtypes("matmul", a, b)
     m, _, n = _mk("matmul", a, b, transpose_a, transpose_b)
     out = nl.ndarray((m, n), dt, buffer=nl.hbm, name="out")
-    _gemm2d("matmul", a, b, out, transpose_a, transpose_b, _Epilogue(), order, block, tile_n, group, bufs)
+    _gemm2d("matmul", a, b, out, transpose_a, transpose_b, _Epilogue(), order, block, tile_n, group, bufs, transpose)
     return out
 
 
-@kernel(tunables=TUNABLES, version=1)
-def bmm(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0):
+@kernel(tunables=TUNABLES, version=2)
+def bmm(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0,
+        transpose="auto"):
     """C[i] = op(a[i]) @ op(b[i]) for a [B, M, K] (or [B, K, M]) and b [B, K, N] (or [B, N, K])."""
     dt = _check_dtypes("bmm", a, b)
     if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]:
@@ -799,30 +936,30 @@ def bmm(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_
     out = nl.ndarray((a.shape[0], m, n), dt, buffer=nl.hbm, name="out")
     for i in range(a.shape[0]):
         _gemm2d("bmm", a[i], b[i], out[i], transpose_a, transpose_b, _Epilogue(), order, block, tile_n, group,
-                bufs)
+                bufs, transpose)
     return out
 
 
-@kernel(tunables=TUNABLES, version=1)
+@kernel(tunables=TUNABLES, version=2)
 def addmm(bias, a, b, alpha=1.0, beta=1.0, transpose_a=False, transpose_b=False, order="auto", block=0,
-          tile_n=512, group=0, bufs=0):
+          tile_n=512, group=0, bufs=0, transpose="auto"):
     """beta * bias + alpha * (op(a) @ op(b)); bias broadcasts to [M, N] ([N], [1, N], [M, 1], [M, N], [])."""
     dt = _check_dtypes("addmm", a, b)
     m, _, n = _mk("addmm", a, b, transpose_a, transpose_b)
     out = nl.ndarray((m, n), dt, buffer=nl.hbm, name="out")
     epi = _Epilogue(float(alpha), float(beta), _bias2d("addmm", bias, m, n))
-    _gemm2d("addmm", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs)
+    _gemm2d("addmm", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs, transpose)
     return out
 
 
-@kernel(tunables=TUNABLES, version=1)
-def linear(x, weight, bias=None, order="auto", block=0, tile_n=512, group=0, bufs=0):
+@kernel(tunables=TUNABLES, version=2)
+def linear(x, weight, bias=None, order="auto", block=0, tile_n=512, group=0, bufs=0, transpose="auto"):
     """torch.nn.functional.linear: x [M, K] @ weight[N, K].T (+ bias [N]); leading dims flattened by the caller."""
     dt = _check_dtypes("linear", x, weight)
     m, _, n = _mk("linear", x, weight, False, True)
     out = nl.ndarray((m, n), dt, buffer=nl.hbm, name="out")
     epi = _Epilogue(bias=None if bias is None else _bias2d("linear", bias, m, n))
-    _gemm2d("linear", x, weight, out, False, True, epi, order, block, tile_n, group, bufs)
+    _gemm2d("linear", x, weight, out, False, True, epi, order, block, tile_n, group, bufs, transpose)
     return out
 
 
