@@ -1,0 +1,71 @@
+"""Small building blocks for ops composed of several kernel launches: one elementwise launch, host-made
+constants, exact int64 -> int32 index conversion, and ``out=`` for ops with several results."""
+
+from __future__ import annotations
+
+import torch
+
+from neuron_kernels.library import elementwise, movement
+
+from .common import contig, write_out
+from .launch import run
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+INT32_MIN = -(2**31)
+
+
+def ew(op: str, kernel, *args, **kwargs) -> torch.Tensor:
+    """One elementwise kernel launch charged to ``op`` (tensor arguments must be contiguous)."""
+    return run(op, kernel, *args, **kwargs)[0]
+
+
+def const(shape, value, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor filled with ``value``, made on the host and copied over (for empty reductions and other
+    rare cases; the copy is a plain DMA write)."""
+    return torch.full(tuple(shape), value, dtype=dtype).to(device)
+
+
+def _words(t: torch.Tensor, op: str) -> torch.Tensor:
+    """[2, n] int32: the low and the high 32-bit words of an int64 tensor's values (little endian)."""
+    pairs = contig(t).reshape(-1).view(torch.int32).view(-1, 2)
+    return run(op, movement.transpose, pairs, 0, 1)[0]
+
+
+def index32(t: torch.Tensor, op: str) -> torch.Tensor:
+    """An index tensor as int32 for the DMA gather/scatter kernels, exactly: an int64 value in
+    [0, 2**31) keeps its value, any other becomes -1, which every table rejects as out of range, so
+    nothing is silently wrapped. int32 tensors pass through."""
+    if t.dtype == torch.int32:
+        return contig(t)
+    if t.numel() == 0:
+        return torch.empty(t.shape, dtype=torch.int32, device=t.device)
+    w = _words(t, op)
+    return ew(op, elementwise.where, w[1], -1, w[0]).view(t.shape)  # high word set: negative or >= 2**32
+
+
+def int32_or(t: torch.Tensor, bad: int, op: str) -> torch.Tensor:
+    """An int64 tensor as int32: values that fit keep their value, others become ``bad``. A value fits
+    iff its high word is the sign extension of its low word."""
+    if t.dtype == torch.int32:
+        return contig(t)
+    if t.numel() == 0:
+        return torch.empty(t.shape, dtype=torch.int32, device=t.device)
+    w = _words(t, op)
+    sign = ew(op, elementwise.bitwise_right_shift, w[0], 31)  # arithmetic shift of a signed word
+    wide = ew(op, elementwise.ne, w[1], sign)
+    return ew(op, elementwise.where, wide, bad, w[0]).view(t.shape)
+
+
+def write_outs(outs, results) -> tuple:
+    """``out=`` for an op with several results (each out resized and cast as aten does; an out whose result
+    was not asked for, a backward's masked gradient, is left as it is)."""
+    return tuple(o if r is None else write_out(o, r) for o, r in zip(outs, results))
+
+
+def same_device(first: torch.Tensor, *others) -> None:
+    """torch's error when a tensor argument (None skipped) is not on ``first``'s device: the kernels take
+    device addresses, so a CPU tensor must never reach them."""
+    for t in others:
+        if t is not None and t.device != first.device:
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                               f"{first.device} and {t.device}!")

@@ -1,0 +1,179 @@
+"""Normalization layers: ``native_layer_norm``, ``_fused_rms_norm`` (what ``F.rms_norm`` dispatches to once a
+device has it) and ``native_group_norm``, forward and backward, on the ``norms`` kernels.
+
+The kernels normalize the last dim of a contiguous ``[rows, D]`` view (group norm: ``[N, C, HxW]``) and
+return fp32 statistics; they are handed back in torch's CPU dtype: the input's, or fp32 when a 16-bit
+input comes with fp32 parameters ("mixed type"), and always fp32 for rms_norm's ``rstd``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from neuron_kernels.library import movement, norms
+
+from .common import contig
+from .compose import FLOATS, const, same_device, write_outs
+from .launch import run
+from .oncpu import on_cpu
+from .registry import impl
+
+aten = torch.ops.aten
+
+
+def param_dtype(x: torch.Tensor, *params) -> torch.dtype | None:
+    """dtype of the statistics, or None when torch's CPU kernel would refuse the combination."""
+    given = {p.dtype for p in params if p is not None}
+    if x.dtype not in FLOATS or not given <= {x.dtype, torch.float32}:
+        return None
+    if x.dtype != torch.float32 and torch.float32 in given:
+        return torch.float32 if given == {torch.float32} else None
+    return x.dtype
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype, shape, op: str) -> torch.Tensor:
+    t = t.view(shape)
+    return t if t.dtype == dtype else run(op, movement.copy, t, dtype)[0]
+
+
+def _flat(p: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    return None if p is None else contig(p).view(n)
+
+
+# -- layer norm -----------------------------------------------------------------------------------
+def _rows(x: torch.Tensor, normalized_shape):
+    axis = x.dim() - len(normalized_shape)
+    if axis < 0 or tuple(x.shape[axis:]) != tuple(normalized_shape):
+        return None
+    return axis, math.prod(x.shape[:axis]), math.prod(normalized_shape)
+
+
+def layer_norm(input, normalized_shape, weight, bias, eps):  # noqa: A002
+    same_device(input, weight, bias)
+    sdt, rows = param_dtype(input, weight, bias), _rows(input, normalized_shape)
+    if sdt is None or rows is None or rows[2] == 0:
+        return on_cpu(aten.native_layer_norm.default, input, normalized_shape, weight, bias, eps)
+    axis, m, d = rows
+    stat_shape = tuple(input.shape[:axis]) + (1,) * len(normalized_shape)
+    if m == 0:
+        empty = torch.empty(stat_shape, dtype=sdt, device=input.device)
+        return torch.empty_like(input, memory_format=torch.contiguous_format), empty, empty.clone()
+    x2 = contig(input).view(m, d)
+    out, mean, rstd = run("native_layer_norm", norms.layer_norm, x2, _flat(weight, d), _flat(bias, d), float(eps))
+    op = "native_layer_norm"
+    return out.view(input.shape), _as(mean, sdt, stat_shape, op), _as(rstd, sdt, stat_shape, op)
+
+
+def _grads(outs, mask, shapes) -> list:
+    it = iter(outs)
+    return [next(it).view(shape) if want else None for want, shape in zip(mask, shapes)]
+
+
+def layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):  # noqa: A002
+    same_device(input, grad_out, mean, rstd, weight, bias)
+    rows = _rows(input, normalized_shape)
+    mask = [bool(output_mask[0]), bool(output_mask[1]) and weight is not None, bool(output_mask[2])]
+    if (param_dtype(input, weight, bias) is None or rows is None or rows[2] == 0 or grad_out.dtype != input.dtype
+            or grad_out.shape != input.shape or not any(mask)):
+        return on_cpu(aten.native_layer_norm_backward.default, grad_out, input, normalized_shape, mean, rstd, weight,
+                      bias, output_mask)
+    _, m, d = rows
+    shapes = (input.shape, tuple(normalized_shape), tuple(normalized_shape))
+    pdt = weight.dtype if weight is not None else grad_out.dtype
+    if m == 0:
+        return (torch.empty_like(input) if mask[0] else None, *(const(s, 0, pdt, input.device) if w else None
+                                                                for w, s in zip(mask[1:], shapes[1:])))
+    outs = run("native_layer_norm_backward", norms.layer_norm_backward, contig(grad_out).view(m, d),
+               contig(input).view(m, d), contig(mean).view(m, 1), contig(rstd).view(m, 1), _flat(weight, d),
+               tuple(mask))
+    return tuple(_grads(outs, mask, shapes))
+
+
+# -- rms norm --------------------------------------------------------------------------------------
+def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
+    same_device(input, weight)
+    rows = _rows(input, normalized_shape)
+    if param_dtype(input, weight) is None or rows is None or rows[2] == 0:
+        return on_cpu(aten._fused_rms_norm.default, input, normalized_shape, weight, eps)
+    axis, m, d = rows
+    stat_shape = tuple(input.shape[:axis]) + (1,) * len(normalized_shape)
+    if m == 0:
+        return (torch.empty_like(input, memory_format=torch.contiguous_format),
+                torch.empty(stat_shape, dtype=torch.float32, device=input.device))
+    out, rstd = run("_fused_rms_norm", norms.rms_norm, contig(input).view(m, d), _flat(weight, d),
+                    None if eps is None else float(eps))
+    return out.view(input.shape), rstd.view(stat_shape)
+
+
+def rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask):  # noqa: A002
+    same_device(input, grad_out, rstd, weight)
+    rows = _rows(input, normalized_shape)
+    mask = [bool(output_mask[0]), bool(output_mask[1]) and weight is not None]
+    if (param_dtype(input, weight) is None or rows is None or rows[2] == 0 or grad_out.dtype != input.dtype
+            or grad_out.shape != input.shape or not any(mask)):
+        return on_cpu(aten._fused_rms_norm_backward.default, grad_out, input, normalized_shape, rstd, weight,
+                      output_mask)
+    _, m, d = rows
+    shapes = (input.shape, tuple(normalized_shape))
+    if m == 0:
+        return (torch.empty_like(input) if mask[0] else None,
+                const(shapes[1], 0, weight.dtype, input.device) if mask[1] else None)
+    outs = run("_fused_rms_norm_backward", norms.rms_norm_backward, contig(grad_out).view(m, d),
+               contig(input).view(m, d), contig(rstd).view(m, 1), _flat(weight, d), tuple(mask))
+    return tuple(_grads(outs, mask, shapes))
+
+
+# -- group norm ------------------------------------------------------------------------------------
+def group_norm(input, weight, bias, N, C, HxW, group, eps):  # noqa: A002, N803
+    same_device(input, weight, bias)
+    sdt = param_dtype(input, weight, bias)
+    if sdt is None or HxW == 0 or input.numel() != N * C * HxW or C % group:
+        return on_cpu(aten.native_group_norm.default, input, weight, bias, N, C, HxW, group, eps)
+    if N * C == 0:
+        return (torch.empty_like(input, memory_format=torch.contiguous_format),
+                torch.empty((N, group), dtype=sdt, device=input.device),
+                torch.empty((N, group), dtype=sdt, device=input.device))
+    x = contig(input).view(N, C, HxW)
+    out, mean, rstd = run("native_group_norm", norms.group_norm, x, _flat(weight, C), _flat(bias, C), int(group),
+                          float(eps))
+    op = "native_group_norm"
+    return out.view(input.shape), _as(mean, sdt, (N, group), op), _as(rstd, sdt, (N, group), op)
+
+
+def group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):  # noqa: A002, N803
+    same_device(input, grad_out, mean, rstd, weight)
+    mask = [bool(output_mask[0]), bool(output_mask[1]) and weight is not None, bool(output_mask[2])]
+    if (param_dtype(input, weight) is None or HxW == 0 or grad_out.dtype != input.dtype or C % group
+            or grad_out.shape != input.shape or input.numel() != N * C * HxW or not any(mask)):
+        return on_cpu(aten.native_group_norm_backward.default, grad_out, input, mean, rstd, weight, N, C, HxW, group,
+                      output_mask)
+    shapes = (input.shape, (C,), (C,))
+    pdt = weight.dtype if weight is not None else grad_out.dtype
+    if N * C == 0:
+        return (torch.empty_like(input) if mask[0] else None, *(const(s, 0, pdt, input.device) if w else None
+                                                                for w, s in zip(mask[1:], shapes[1:])))
+    outs = run("native_group_norm_backward", norms.group_norm_backward, contig(grad_out).view(N, C, HxW),
+               contig(input).view(N, C, HxW), contig(mean).view(N, group), contig(rstd).view(N, group),
+               _flat(weight, C), int(group), tuple(mask))
+    return tuple(_grads(outs, mask, shapes))
+
+
+def _triple_out(fn):
+    def run_out(*args, out0, out1, out2):
+        return write_outs((out0, out1, out2), fn(*args))
+    return run_out
+
+
+def register(lib) -> None:
+    impl("native_layer_norm")(layer_norm)
+    impl("native_layer_norm.out")(_triple_out(layer_norm))
+    impl("native_layer_norm_backward")(layer_norm_backward)
+    impl("native_layer_norm_backward.out")(_triple_out(layer_norm_backward))
+    impl("_fused_rms_norm")(rms_norm)
+    impl("_fused_rms_norm_backward")(rms_norm_backward)
+    impl("native_group_norm")(group_norm)
+    impl("native_group_norm.out")(_triple_out(group_norm))
+    impl("native_group_norm_backward")(group_norm_backward)
+    impl("native_group_norm_backward.out")(_triple_out(group_norm_backward))

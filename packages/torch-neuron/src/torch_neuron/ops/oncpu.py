@@ -1,0 +1,60 @@
+"""The CPU path of an op whose neuron kernel is registered but cannot take these arguments.
+
+A registered kernel replaces the C++ boxed fallback for its op, so when a call brings what the engines
+cannot compute exactly (float64, 64-bit integer sums, ...) the kernel hands it here: the same loud path
+(warning once per op, ``metrics()['fallback']``, an error in strict mode), the op run by PyTorch on
+CPU copies, results moved back and mutated arguments written back.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ..fallback import on_fallback
+
+
+def op_name(op: torch._ops.OpOverload) -> str:
+    schema = op._schema
+    name = schema.name.split("::", 1)[1]
+    return f"{name}.{schema.overload_name}" if schema.overload_name else name
+
+
+def _device(args, kwargs) -> torch.device:
+    for v in list(args) + list(kwargs.values()):
+        if isinstance(v, torch.Tensor) and v.device.type == "neuron":
+            return v.device
+        if isinstance(v, list | tuple):
+            for t in v:
+                if isinstance(t, torch.Tensor) and t.device.type == "neuron":
+                    return t.device
+    raise ValueError("no neuron tensor among the arguments")
+
+
+def _host(v):
+    return v.cpu() if isinstance(v, torch.Tensor) and v.device.type == "neuron" else v
+
+
+def on_cpu(op: torch._ops.OpOverload, *args, **kwargs):
+    """``op(*args, **kwargs)`` computed on the CPU for neuron tensors, counted as a fallback."""
+    on_fallback(op_name(op))
+    device = _device(args, kwargs)
+    hargs, hkwargs = tree_map(_host, args), tree_map(_host, kwargs)
+    result = op(*hargs, **hkwargs)
+    written = {}
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        dev, host = (args[i], hargs[i]) if i < len(args) else (kwargs.get(arg.name), hkwargs.get(arg.name))
+        if isinstance(dev, torch.Tensor):
+            if dev.shape != host.shape:
+                dev.resize_(host.shape)
+            dev.copy_(host)
+            written[id(host)] = dev
+
+    def back(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        return written.get(id(v)) if id(v) in written else v.to(device)
+
+    return tree_map(back, result)

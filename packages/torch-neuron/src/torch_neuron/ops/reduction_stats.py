@@ -1,0 +1,109 @@
+"""Moments and norms: var/std (``correction``), var_mean/std_mean, logsumexp and linalg_vector_norm, on the
+``reduce`` kernels (fp32 accumulation, Chan-merged two-pass variances, max-shifted logsumexp) and, for
+the norms, elementwise kernels. Floats only (float64 and integer inputs take the counted CPU path;
+logsumexp also takes bool/8-16-32-bit integers, as torch does, returning float32).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from neuron_kernels.library import elementwise, movement, reduce
+
+from .common import contig, out_variant
+from .compose import FLOATS, const, ew, write_outs
+from .launch import run
+from .oncpu import on_cpu
+from .reduction import ORDERED, cast_to, mean_dim, plan
+from .registry import impl
+
+aten = torch.ops.aten
+
+
+# -- var / std ----------------------------------------------------------------------------------
+def _var(name, std: bool, cpu_op, self, dim, correction, keepdim):
+    if self.dtype not in FLOATS:
+        return on_cpu(cpu_op, self, dim, correction=correction, keepdim=keepdim)
+    dims, oshape, _ = plan(self, dim, keepdim)
+    if self.numel() == 0:
+        return const(oshape, math.nan, self.dtype, self.device)
+    c = 1.0 if correction is None else float(correction)
+    return run(name, reduce.std if std else reduce.var, contig(self), dims, c, keepdim)[0]
+
+
+def var(self, dim=None, *, correction=None, keepdim=False):
+    return _var("var", False, aten.var.correction, self, dim, correction, keepdim)
+
+
+def std(self, dim=None, *, correction=None, keepdim=False):
+    return _var("std", True, aten.std.correction, self, dim, correction, keepdim)
+
+
+def var_mean(self, dim=None, *, correction=None, keepdim=False):
+    if self.dtype not in FLOATS:
+        return on_cpu(aten.var_mean.correction, self, dim, correction=correction, keepdim=keepdim)
+    return var(self, dim, correction=correction, keepdim=keepdim), mean_dim(self, dim, keepdim)
+
+
+def std_mean(self, dim=None, *, correction=None, keepdim=False):
+    if self.dtype not in FLOATS:
+        return on_cpu(aten.std_mean.correction, self, dim, correction=correction, keepdim=keepdim)
+    return std(self, dim, correction=correction, keepdim=keepdim), mean_dim(self, dim, keepdim)
+
+
+# -- logsumexp ------------------------------------------------------------------------------------
+def logsumexp(self, dim, keepdim=False):
+    if self.dtype not in ORDERED:
+        return on_cpu(aten.logsumexp.default, self, dim, keepdim)
+    dims, oshape, _ = plan(self, dim, keepdim)
+    if self.numel() == 0:
+        return const(oshape, -math.inf, self.dtype if self.dtype in FLOATS else torch.float32, self.device)
+    return run("logsumexp", reduce.logsumexp, contig(self), dims, keepdim)[0]
+
+
+# -- norms ----------------------------------------------------------------------------------------
+def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """sum(|x|^ord)^(1/ord) (and the max/min/count forms for inf/-inf/0) from elementwise and reduce
+    kernels; 16-bit inputs are widened to fp32 first so every intermediate is fp32, as torch's."""
+    x = cast_to(self, dtype)
+    p = float(ord)
+    if x is None or x.dtype not in FLOATS or (x.numel() == 0 and (p < 0 or math.isinf(p))):
+        return on_cpu(aten.linalg_vector_norm.default, self, ord, dim, keepdim, dtype=dtype)
+    dims, oshape, _ = plan(x, dim, keepdim)
+    if x.numel() == 0:  # sums over nothing
+        return const(oshape, 0, x.dtype, x.device)
+    x, name = contig(x), "linalg_vector_norm"
+    if math.isinf(p):
+        mag = ew(name, elementwise.abs, x)
+        return run(name, reduce.amax if p > 0 else reduce.amin, mag, dims, keepdim)[0]
+    xf = x if x.dtype == torch.float32 else run(name, movement.copy, x, torch.float32)[0]
+    if p == 0:  # a count, summed in fp32 as torch does
+        terms = run(name, movement.copy, ew(name, elementwise.ne, xf, 0), torch.float32)[0]
+        total = run(name, reduce.sum, terms, dims, keepdim)[0]
+    else:
+        mag = ew(name, elementwise.square, xf) if p == 2 else ew(name, elementwise.abs, xf)
+        terms = mag if p in (1, 2) else ew(name, elementwise.pow, mag, p)
+        total = run(name, reduce.sum, terms, dims, keepdim)[0]
+        if p != 1:
+            total = ew(name, elementwise.sqrt, total) if p == 2 else ew(name, elementwise.pow, total, 1.0 / p)
+    return total if x.dtype == torch.float32 else run(name, movement.copy, total, x.dtype)[0]
+
+
+def _pair_out(fn):
+    def run_out(*args, out0, out1, **kwargs):
+        return write_outs((out0, out1), fn(*args, **kwargs))
+    return run_out
+
+
+def register(lib) -> None:
+    for fn, name in ((var, "var.correction"), (std, "std.correction")):
+        impl(name)(fn)
+        impl(f"{name}_out")(out_variant(fn))
+    for fn, name in ((var_mean, "var_mean.correction"), (std_mean, "std_mean.correction")):
+        impl(name)(fn)
+        impl(f"{name}_out")(_pair_out(fn))
+    for fn, name in ((logsumexp, "logsumexp"), (linalg_vector_norm, "linalg_vector_norm")):
+        impl(name)(fn)
+        impl(f"{name}.out")(out_variant(fn))
