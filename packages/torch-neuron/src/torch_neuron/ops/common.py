@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch._prims_common.wrappers import _maybe_resize_out
 
+from .oncpu import on_cpu as run_on_cpu  # noqa: F401  (one CPU path; both names are in use)
 from .registry import impl
 
 
@@ -56,35 +57,3 @@ def register_op(functional: str | None = None, inplace: str | None = None, out: 
 
     return register
 
-
-def run_on_cpu(op: torch._ops.OpOverload, *args, **kwargs):
-    """Run aten ``op`` on the CPU for a registered neuron kernel that cannot handle these arguments
-    (float64, an unsupported configuration): loud like the C++ fallback (warning, counter, strict
-    mode), arguments copied over and results copied back, mutated arguments updated in place."""
-    from torch.utils._pytree import tree_map
-
-    from ..fallback import on_fallback
-
-    name = op._schema.name.removeprefix("aten::")
-    on_fallback(f"{name}.{op._overloadname}" if op._overloadname != "default" else name)
-    device = next(a.device for a in _tensors(args, kwargs) if a.device.type == "neuron")
-    to_cpu = lambda v: v.cpu() if isinstance(v, torch.Tensor) and v.device.type == "neuron" else v
-    cpu_args, cpu_kwargs = tree_map(to_cpu, args), tree_map(to_cpu, kwargs)
-    result = op(*cpu_args, **cpu_kwargs)
-    written = {}
-    for i, arg in enumerate(op._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        orig, moved = (args[i], cpu_args[i]) if i < len(args) else (kwargs.get(arg.name), cpu_kwargs.get(arg.name))
-        if isinstance(orig, torch.Tensor) and orig is not moved:
-            if orig.shape != moved.shape:  # an out= tensor the op resized
-                orig.resize_(moved.shape)
-            orig.copy_(moved)
-            written[id(moved)] = orig
-    return tree_map(lambda v: written.get(id(v), v.to(device) if isinstance(v, torch.Tensor) else v), result)
-
-
-def _tensors(args, kwargs):
-    from torch.utils._pytree import tree_leaves
-
-    return [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
