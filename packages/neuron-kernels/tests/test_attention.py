@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuron_hal import TRN2, isa
+from neuron_hal import TRN1, TRN2, get_driver, isa
 from neuron_kernels import KernelError, TensorSpec
 from neuron_kernels import language as nl
 from neuron_kernels.library.attention import flash_attention_bwd, flash_attention_fwd
@@ -169,6 +169,66 @@ def test_causal_rows_without_future_keys_and_sq_ne_skv():
             np.testing.assert_array_equal(grads[2][:, sq:], 0)
 
 
+def _random_qkv(rng, bh, sq, skv, d, dtype, spread=1.0):
+    q = (rng.standard_normal((bh, sq, d)) * spread).astype(dtype)
+    k, v = (rng.standard_normal((bh, skv, d)).astype(dtype) for _ in range(2))
+    return q, k, v
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 2), st.sampled_from([1, 127, 200, 300]), st.sampled_from([5, 255, 256, 513, 700, 1100]),
+       st.sampled_from([16, 64, 128]), st.sampled_from(DTYPES), st.sampled_from(["none", "causal", "mask"]),
+       st.sampled_from([0.0, 0.3, 1.0]), st.sampled_from([256, 512, 1024, 2048]), st.integers(0, 2**32 - 1))
+def test_forward_dma_and_tensor_engine_transposes(bh, sq, skv, d, dtype, variant, share, chunk, seed):
+    """Every split of the P^T transposes between the DMA engines and TensorE (dma_share), every key chunk."""
+    rng = np.random.default_rng(seed)
+    q, k, v = _random_qkv(rng, bh, sq, skv, d, dtype, spread=3.0)
+    mask = None
+    if variant == "mask":
+        mask = rng.standard_normal((sq, skv)).astype(np.float32)
+        mask[rng.random((sq, skv)) < 0.2] = -np.inf
+        mask[:, 0] = 0.0
+    causal = variant == "causal"
+    out, lse = flash_attention_fwd(q, k, v, causal=causal, mask=mask, kv_chunk=chunk, dma_share=share)
+    ref_out, ref_lse = ref_forward(q, k, v, None, causal, mask)
+    dt = np.dtype(dtype)
+    assert_close(out, ref_out, TOL[dt], "out")
+    np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=LSE_TOL[dt] * max(1.0, np.abs(ref_lse).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", ["none", "causal"])
+def test_forward_without_dma_transpose_uses_tensor_engine(dtype, variant):
+    """trn1 has no DMA transpose: every transpose (K^T, Q^T, P^T) goes through TensorE."""
+    rng = np.random.default_rng(3)
+    q, k, v = _random_qkv(rng, 2, 300, 700, 64, dtype)
+    driver = get_driver("sim", TRN1)
+    out, lse = flash_attention_fwd(q, k, v, causal=variant == "causal", driver=driver)
+    ref_out, ref_lse = ref_forward(q, k, v, causal=variant == "causal")
+    dt = np.dtype(dtype)
+    assert_close(out, ref_out, TOL[dt], "out")
+    np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=LSE_TOL[dt] * max(1.0, np.abs(ref_lse).max()))
+    x = TensorSpec((1, 512, 64), nl.bfloat16)
+    prog = flash_attention_fwd.trace(x, x, x, profile=TRN1)
+    assert not any(isinstance(i, isa.DmaTranspose) for i in prog.instructions)
+    assert any(isinstance(i, isa.DmaTranspose) for i in flash_attention_fwd.trace(x, x, x, profile=TRN2).instructions)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", [40.0, -40.0, 1e-3, 0.05])
+def test_forward_large_and_tiny_scales(scale, dtype):
+    """Outside GEXP_SCALES every exp stays on ScalarE; inside, GpSimd's powers of e^scale match it."""
+    rng = np.random.default_rng(4)
+    q, k, v = _random_qkv(rng, 1, 200, 600, 32, dtype, spread=1.0 if abs(scale) > 1 else 30.0)
+    out, lse = flash_attention_fwd(q, k, v, scale=scale)
+    ref_out, ref_lse = ref_forward(q, k, v, scale)
+    dt = np.dtype(dtype)
+    # score rounding (|s| ~ 100s) moves each probability by ~eps * |s| (conditioning), as in the rescale test
+    tol = TOL[dt] + 4 * np.finfo(np.float32).eps * np.abs(ref_lse).max()
+    assert_close(out, ref_out, tol, "out")
+    np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=LSE_TOL[dt] * max(1.0, np.abs(ref_lse).max()))
+
+
 def _matmul_count(kernel, *args, **kw):
     prog = kernel.trace(*args, profile=TRN2, **kw)
     return sum(isinstance(i, isa.Matmul) for i in prog.instructions)
@@ -189,6 +249,14 @@ def test_psum_and_sbuf_fit_at_bench_shapes():
         assert prog.meta["psum_bytes"] <= TRN2.psum_partition_bytes
     x = TensorSpec((1, 2048, 128), nl.float32)
     flash_attention_bwd.trace(x, x, x, x, x, TensorSpec((1, 2048), nl.float32), profile=TRN2)
+
+
+@pytest.mark.parametrize("dtype, skv", [(nl.bfloat16, 48000), (nl.float32, 24000)])
+def test_forward_fits_the_documented_key_lengths(dtype, skv):
+    q, kv = TensorSpec((1, 256, 128), dtype), TensorSpec((1, skv, 128), dtype)
+    for kw in ({}, {"causal": True}, {"mask": TensorSpec((256, skv), nl.float32)}):
+        prog = flash_attention_fwd.trace(q, kv, kv, profile=TRN2, **kw)
+        assert prog.meta["sbuf_bytes"] <= TRN2.sbuf_partition_bytes
 
 
 def test_rejected_inputs_name_the_problem():

@@ -7,16 +7,22 @@ aligned: query i sees keys 0..i, as torch's ``is_causal``; not together with a m
 (default 1/sqrt(D), any sign). float32 / bfloat16 / float16 inputs; outputs in the input dtype, the logsumexp
 in float32. A row whose keys are all masked gives NaN, as torch.
 
-Forward (online softmax). Per (batch-head, 128-query tile) the keys go by in chunks of ``kv_chunk``: TensorE
-writes S = Q K^T in 512-column PSUM tiles (scores never reach HBM), VectorE takes the row max of each, GpSimd
-folds it into the running max (kept as the exp bias -scale * m), ScalarE writes P = exp(scale * S - scale * m)
-(16-bit for 16-bit inputs) to SBUF, TensorE transposes P in 128x128 tiles (keys onto partitions) and
-multiplies by [V | 1]: the ones column makes the same matmuls produce the row sums, so the fp32 accumulator
-[P V | l] stays in one PSUM bank for the whole key loop and each chunk only rescales it by exp(m_old - m_new)
-(ScalarE). Causal: chunks past the diagonal are never computed; the diagonal block gets a -inf upper
-triangle (built once by affine_select) added in PSUM. K^T (TensorE transposes) and [V | 1] of a batch-head
-stay resident in SBUF; without causal / mask each partition loads contiguous key rows (softmax does not care
-about the key order as long as K and V share it). Statistics, accumulation and the logsumexp are fp32.
+Forward (online softmax). Per (batch-head, 128-query tile) the keys go by in chunks of ``kv_chunk`` (2048): TensorE
+writes S = Q K^T in 512-column PSUM tiles (scores never reach HBM). The row max of each tile is split: VectorE
+reduces its first columns in PSUM, ScalarE copies the rest to SBUF where GpSimd reduces them; GpSimd folds the
+tiles' maxima and the running max m into the new m. ScalarE writes P = exp(scale * S - scale * m) (16-bit for
+16-bit inputs) for VectorE's columns, GpSimd for the copied ones as the power (e^scale) ** (S - m). P^T (keys on
+partitions) comes from SBUF->SBUF DMA transposes for a ``dma_share`` of the 256-key groups (16-bit P moves as
+4-byte key pairs, so one DMA transposes 256 keys) and from TensorE transposes (copied out of PSUM by VectorE /
+ScalarE) for the rest; both leave key pairs interleaved, [V | 1] keeps its rows in the same pair layout. P^T
+multiplies [V | 1]: the ones column makes the same matmuls produce the row sums, so the fp32 accumulator
+[P V | l] stays in PSUM for the whole key loop and each chunk only rescales it by exp(scale (m_old - m_new))
+(ScalarE). Causal: chunks past the diagonal are never computed; the diagonal block gets a -inf upper triangle
+(built once by affine_select) added in PSUM. K^T and [V | 1] of a batch-head stay resident in SBUF. Without
+causal / mask the key order is free (softmax only needs K and V to share it): each partition loads contiguous
+rows of K and V and TensorE transposes K in an order that keeps those rows in the pair layout; otherwise K^T
+comes from DMA transposes (TensorE on profiles without them). Q^T comes from DMA transposes (TensorE without).
+Statistics, accumulation and the logsumexp are fp32.
 
 Backward (FlashAttention-2). Key blocks of ``kv_block`` are the outer loop: per (key block, query tile)
 TensorE recomputes S and dP = dO V^T, ScalarE P = exp(scale * S - lse) and dP - rowsum(dO * O), GpSimd
@@ -29,14 +35,16 @@ Scheduling. Engines run their instructions in program order, so the emission ord
 each job's stages are emitted by a list scheduler (``_pipeline``) at offsets tuned on the simulator
 (``FWD_SCHEDULE``, ``BWD_SCHEDULE``), under PSUM budgets that keep at most 8 banks live by construction.
 
-Performance (trn2 cost model, bf16, D = 128, per 128 queries x 1024 keys of the forward): TensorE 1283 ns
-(QK^T 427 + P transposes 427 + P [V | 1] 430, of which 853 are the roofline's), VectorE row max 1067 ns,
-ScalarE exp 853 ns, and the P^T PSUM->SBUF copies 533 ns on VectorE or 853 ns on ScalarE. With TensorE
-transposes the forward cannot pass 2/3 of TensorE peak, and Vector + Scalar work bounds it near 63%; the
-backward's dS transposes cap it at 5/6.
+Performance (trn2 cost model, bf16, D = 128, per 128 queries x 2048 keys of the forward): TensorE 1707 ns of
+QK^T and P [V | 1] (the roofline's work) plus 53 ns per TensorE-transposed 128-key block; a DMA transpose of a
+256-key group costs ~436 ns of the DMA engines' time; the exp is 1707 ns of ScalarE / GpSimd work, the row max
+2133 ns of VectorE / ScalarE + GpSimd work. The P^T split between TensorE and the DMA queues balances the two
+(TensorE and DMA each ~95% busy at seq 4096, ~75% of TensorE peak); without DMA transposes (trn1) TensorE's
+transposes and their copies bound the forward near 2/3 of peak. The backward's dS transposes cap it at 5/6.
 
 Limits: D <= 128 (one contraction tile). The forward keeps K^T and [V | 1] of a batch-head in SBUF: Skv up to
-about 48K keys for 16-bit inputs, 24K for float32. The backward handles any length up to its fp32 dQ
+about 48K keys for 16-bit inputs, 24K for float32 on trn2 (trn1's smaller SBUF: about 44K / 20K); the longest
+key ranges take shorter chunks. The backward handles any length up to its fp32 dQ
 accumulator (4 * Sq bytes per partition: Sq up to about 40K).
 """
 
@@ -50,7 +58,7 @@ from .. import isa as nisa
 from .. import language as nl
 from ..errors import KernelError
 from ..jit import kernel
-from ..tensors import View
+from ..tensors import _FAR, View
 
 _NEG_INF = float("-inf")
 _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
@@ -129,6 +137,14 @@ class _Alternate:
         return _V if self.i % 2 else _S
 
 
+def _copy(dst: View, src: View, engine: Engine) -> None:
+    """tensor_copy on ``engine``; ScalarE before NC-v3 copies by an identity activation."""
+    if engine is _S and not nl.profile().scalar_tensor_copy:
+        nisa.activation(dst, Act.identity, src)
+    else:
+        nisa.tensor_copy(dst, src, engine=engine)
+
+
 def _transpose_rows(dst: View, nat: View, rows: int, engines: _Alternate, mul: float | None = None) -> None:
     """dst[c, r] = nat[r % pmax, r // pmax, c] for r < rows: TensorE transposes, a PSUM bank of them per copy.
 
@@ -145,7 +161,7 @@ def _transpose_rows(dst: View, nat: View, rows: int, engines: _Alternate, mul: f
             w = min(pmax, rows - t * pmax)
             nisa.nc_transpose(tp[:, (t - g0) * pmax:(t - g0) * pmax + w], nat[:w, t, :cols])
         if mul is None:
-            nisa.tensor_copy(dst[:, g0 * pmax:c1], tp[:, : c1 - g0 * pmax], engine=engines())
+            _copy(dst[:, g0 * pmax:c1], tp[:, : c1 - g0 * pmax], engines())
         else:
             nisa.tensor_scalar(dst[:, g0 * pmax:c1], tp[:, : c1 - g0 * pmax], Alu.multiply, mul)
 
@@ -210,34 +226,89 @@ def _pipeline(sizes, stages, after=None, usage=None, budget=None) -> None:
             blocked = []
 
 
-# (step offset, stage) of the forward's software pipeline; stages at equal offsets go in list order
-FWD_SCHEDULE = [(-6.0, "head_pre"), (-1.5, "kv_dma"), (-2.0, "q_dma"), (1.25, "q_t"), (2.25, "qk"), (2.75, "rowmax"),
-                (3.5, "negmax"), (3.5, "exp"), (3.75, "transpose"), (4.0, "copy"), (3.75, "rescale"), (4.25, "pv"),
-                (4.75, "fin")]
-# PSUM banks in flight (8 per partition): score tiles, P^T tiles, accumulators; the K^T / Q^T / logsumexp
-# transposes take one more bank briefly
-PSUM_BUDGET = {"scores": 4, "pT": 2, "acc": 1}
-COPY_ON_VECTOR = 0.6  # share of the P^T PSUM->SBUF copies VectorE takes (ScalarE the rest)
-
-
 # -- forward -------------------------------------------------------------------------------------
-@kernel(tunables={"kv_chunk": (1024, 512)}, version=1)
-def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=1024):
+def _wide(x: View) -> View:
+    """The 4-byte view of a 16-bit on-chip view whose innermost dim is contiguous and even: each pair of
+    elements becomes one uint32 (a bitcast halving the innermost dim), so a DMA transpose moves key pairs."""
+    size, stride = x.dims[-1]
+    part, elem = divmod(x.offset, _FAR)
+    if x.dtype.itemsize != 2 or stride != 1 or size % 2 or elem % 2 or any(st % 2 for _, st in x.dims[1:-1]):
+        raise KernelError(f"{x!r}: no 4-byte view (needs 16-bit elements, an even contiguous innermost dim)")
+    dims = (x.dims[0],) + tuple((s, st // 2) for s, st in x.dims[1:-1]) + ((size // 2, 1),)
+    return type(x)(x.owner, nl.uint32, part * _FAR + elem // 2, dims)
+
+
+def _pair_rows(x: View, r0: int, ngroups: int, pairs: int) -> View:
+    """[pmax, ngroups, pairs * cols] view of a contiguous 2-D HBM view: element [i, g, e * cols + c] is row
+    r0 + (g * pmax + i) * pairs + e (partition i holds ``pairs`` consecutive rows of each group)."""
+    pmax = nl.tile_size.pmax
+    (_, rs), (cols, cs) = x.dims
+    if cs != 1 or rs != cols:
+        raise KernelError(f"{x!r}: rows must be contiguous")
+    return type(x)(x.owner, x.dtype, x.offset + r0 * rs,
+                   ((pmax, pairs * rs), (ngroups, pmax * pairs * rs), (pairs * cols, 1)))
+
+
+# (step offset, stage) of the forward's software pipeline (see _pipeline); stages at equal offsets go in list order.
+# Tuned on the simulator (trn2, seq 4096): a job's P V comes ~4 jobs after its QK^T, as the DMA transposes of
+# its P arrive behind the queue of loads and earlier transposes.
+FWD_SCHEDULE = [(-6.0, "head_pre"), (1.5, "kv_dma"), (3.577, "v_dma"), (-3.14, "q_dma"), (-1.0, "m_dma"),
+                (1.25, "q_t"), (2.0, "qk"), (2.01, "bias"), (2.182, "vmax"), (2.192, "smax"), (3.034, "negmax"),
+                (3.157, "exp"), (2.8, "dma_t"), (3.59, "transpose"), (4.085, "copy"), (4.446, "v_copy"),
+                (5.961, "rescale"), (6.209, "pv"), (6.499, "fin")]
+TILE_STEP = 0.05  # offset between the score tiles of a job ("qk", "bias", "vmax", "smax", "exp" go per tile)
+# PSUM banks in flight (8 per partition): score tiles and TensorE P^T tiles share "banks", the accumulator "acc";
+# the K^T / Q^T / logsumexp transposes take one more bank briefly
+PSUM_BUDGET = {"banks": 6, "acc": 1}
+# share of the P^T PSUM->SBUF copies VectorE takes (ScalarE the rest): with DMA transposes / TensorE ones only
+COPY_ON_VECTOR = (0.756, 0.5)
+MAX_ON_VECTOR = 0.676  # share of each score tile's row max VectorE takes; ScalarE copies the rest for GpSimd
+MAX_SCORE_BANKS = 4  # score tiles (PSUM banks) per key chunk at most
+WORK_TILES, WORK_FIXED_BYTES = 8, 16384  # SBUF estimate: chunk-wide tiles in flight, and the rest
+QT_GROUP = 2  # query tiles per transposing Q load
+K_FIRST_TILES = 2  # a head's first K loads are one score tile each (the first QK^T tiles start early)
+ANY_ORDER = True  # without causal / mask, K and V load in partition-contiguous key order
+TAIL_TE_JOBS = 1  # the last jobs transpose P on TensorE only (no DMA latency left to hide behind)
+GEXP_SCALES = (1 / 32, 30.0)  # |scale| range where GpSimd computes (16-bit) exps as powers of e^|scale|
+
+
+@kernel(tunables={"kv_chunk": (2048, 1024, 512), "dma_share": (0.563, 0.5, 0.625)}, version=2)
+def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2048, dma_share=0.563):
     """softmax(scale * q k^T + mask) v per batch-head -> (out [BH, Sq, D] in q's dtype, logsumexp [BH, Sq] fp32).
 
     The logsumexp is of the scaled, masked scores (what flash_attention_bwd takes). ``kv_chunk``: keys per
-    online-softmax step (at most one PSUM bank of P^T: 1024 for 16-bit inputs, 512 for float32).
+    online-softmax step (at most four PSUM banks of scores). ``dma_share``: the share of P^T tiles the DMA
+    engines transpose where the profile has DMA transposes and there is no mask (TensorE does the rest).
     """
     bh, sq, skv, d = _check_inputs("flash_attention_fwd", q, k, v, mask, causal)
+    prof = nl.profile()
     pmax = nl.tile_size.pmax
     mm_n = nl.tile_size.gemm_moving_fmax
     dt = q.dtype
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     # exp(s_eff * T + nb) with s_eff > 0 keeps "max of T" the max of the scaled scores: fold the sign into q.
     s_eff, qmul = (sc, None) if sc > 0 else (-sc, -1.0) if sc < 0 else (1.0, 0.0)
-    # keys per softmax step: P^T of a chunk ([keys, queries] in 128-key tiles) fills at most one PSUM bank
-    chunk = max(pmax, min(int(kv_chunk), nl.tile_size.psum_bank_fmax * 4 // dt.itemsize) // pmax * pmax)
-    nqt, nkt = nl.cdiv(sq, pmax), nl.cdiv(skv, pmax)
+    use_dma = bool(prof.dma_transpose)
+    # with a mask the DMA queues carry the mask tiles (as many bytes as the scores): TensorE transposes all of P
+    share_dma = min(1.0, max(0.0, float(dma_share))) if use_dma and mask is None else 0.0
+    # keys per P^T group: one 128-partition tile of 4-byte elements (16-bit inputs: key pairs, so one DMA
+    # transpose moves 256 keys); [V | 1] keeps each group's keys as [partition i, pair slot e] to match
+    pairs = 4 // dt.itemsize
+    gsize = pmax * pairs
+    # keys per online-softmax step: at most MAX_SCORE_BANKS score tiles (float32 inputs: half, for their P tiles),
+    # and smaller while the tiles in flight (about WORK_TILES P tiles and mask tiles of a chunk) would not fit
+    # next to the resident K^T and [V | 1]
+    nqt, ngroups = nl.cdiv(sq, pmax), nl.cdiv(skv, gsize)
+    chunk = max(gsize, min(int(kv_chunk), MAX_SCORE_BANKS * mm_n * 2 // dt.itemsize) // gsize * gsize)
+    free = nl.tile_size.sbuf_size_bytes - (skv + ngroups * pairs * (d + 1)) * dt.itemsize - WORK_FIXED_BYTES
+    while chunk > gsize and chunk * WORK_TILES * (dt.itemsize + (4 if mask is not None else 0)) > free:
+        chunk = max(gsize, chunk // 2 // gsize * gsize)
+    per_bank = nl.tile_size.psum_bank_fmax * 4 // (pmax * dt.itemsize)  # P^T tiles per PSUM bank
+    # GpSimd takes the exp of the score columns ScalarE copies out for its max, as a power: exp(s_eff (S - m)) =
+    # (e^s_eff) ** (S - m). The FP32 rounding of the base moves P by |ln P| 2^-24 / s_eff relative: far below a
+    # 16-bit P's own rounding for the P that matter (|ln P| <= 20) when s_eff >= GEXP_SCALES[0]; float32 P and
+    # other scales keep every exp on ScalarE
+    gexp_base = math.exp(s_eff) if dt.itemsize == 2 and GEXP_SCALES[0] <= s_eff <= GEXP_SCALES[1] else None
 
     out = nl.ndarray((bh, sq, d), dt, buffer=nl.hbm, name="out")
     lse = nl.ndarray((bh, sq), nl.float32, buffer=nl.hbm, name="lse")
@@ -260,45 +331,148 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=1
             kv_end = min(skv, q0 + pq) if causal else skv
             tile = {"b": b, "qi": qi, "q0": q0, "pq": pq}
             nch = nl.cdiv(kv_end, chunk)
-            for ci in range(nch):
-                jobs.append({"t": tile, "c0": ci * chunk, "cw": min(chunk, kv_end - ci * chunk),
-                             "first": ci == 0, "last": ci == nch - 1,
-                             "b_first": qi == 0 and ci == 0, "b_last": qi == nqt - 1 and ci == nch - 1})
+            jobs += [{"t": tile, "c0": ci * chunk, "cw": min(chunk, kv_end - ci * chunk), "first": ci == 0,
+                      "last": ci == nch - 1, "b_first": qi == 0 and ci == 0, "b_last": qi == nqt - 1 and ci == nch - 1}
+                     for ci in range(nch)]
+    prev_of = {}
+    for t, job in enumerate(jobs):  # the previous chunk's job of the same query tile
+        job["prev"] = prev_of.get(id(job["t"]))
+        if job["prev"] is not None:
+            jobs[job["prev"]]["next"] = t
+        prev_of[id(job["t"])] = t
+    # each chunk's 256-key groups go to the DMA or the TensorE transpose (error diffusion over the full groups, so
+    # the DMA takes dma_share of them); a P^T unit is one 128-partition TensorE transpose (pair slot e of a group)
+    acc = 0.0
+    for t, job in enumerate(jobs):
+        share_t = share_dma if t < len(jobs) - TAIL_TE_JOBS else 0.0
+        dma_segs, te_segs = [], []
+        for gc in range(0, job["cw"], gsize):
+            w = min(gsize, job["cw"] - gc)
+            seg = (gc, w, (job["c0"] + gc) // gsize)
+            if w == gsize and share_t > 0:
+                acc += share_t
+                if acc >= 0.5:
+                    acc -= 1.0
+                    dma_segs.append(seg)
+                    continue
+            te_segs.append(seg)
+        te_units = [(seg, e, nl.cdiv(seg[1] - e, pairs)) for seg in te_segs for e in range(pairs) if seg[1] > e]
+        job.update(dma_segs=dma_segs, te_units=te_units, nsc=nl.cdiv(job["cw"], mm_n),
+                   npt=nl.cdiv(len(te_units), per_bank))
     heads, qtiles = {}, {}
     share = [0.0]
-    qgroup = max(1, 2048 // (d * dt.itemsize))  # query tiles per load
+    cov = COPY_ON_VECTOR[0 if share_dma else 1]
+    # query tiles per load: 2 KiB per partition; a transposing load has its rows whole, so it can come in small
+    # pieces just in time
+    qgroup = QT_GROUP if use_dma else max(1, 2048 // (d * dt.itemsize))
     kgroup = max(1, nl.tile_size.psum_bank_fmax * 4 // (pmax * dt.itemsize))  # key tiles per load / transpose group
-    # softmax does not care about key order as long as K and V share it: without causal / mask each partition
-    # can then load contiguous rows (one DMA run per partition instead of one per 128-element row)
-    any_order = not causal and mask is None
+    vgroup = max(1, 2048 // (gsize * d * dt.itemsize // pmax))  # key groups per [V | 1] load
+    # without causal / mask the key order is free (softmax only needs K and V to share it): the first
+    # ao_keys keys are then numbered so that partition i of K and V holds contiguous rows (one DMA run each)
+    ao_keys = (skv // gsize) * gsize if ANY_ORDER and not causal and mask is None else 0
+
+    def k_ao(b):  # [pmax, ao_keys // pmax, d]: partition i holds rows i * R .. i * R + R - 1
+        return k[b, :ao_keys].reshape(pmax, ao_keys // pmax, d)
+
+    def v_ao(b):
+        return v[b, :ao_keys].reshape(pmax, ao_keys // pmax, d)
+
     # the next batch-head's K^T and [V | 1] load during this one's when both fit in half of SBUF
-    head_bytes = (skv + nkt * (d + 1)) * dt.itemsize + nqt * 4
+    head_bytes = (skv + ngroups * pairs * (d + 1)) * dt.itemsize + nqt * 4
     overlap_heads = 2 * head_bytes <= nl.tile_size.sbuf_size_bytes // 2
+    # DMA queues complete in order: loads, the P^T transposes (which wait for the exps) and the stores (which
+    # wait for the results) each rotate over their own quarter / half / quarter of the queues
+    nq = prof.dma_queues
+    rot = {"load": (list(range(max(1, nq // 4))), [0]), "p": (list(range(nq // 4, 3 * nq // 4)) or [0], [0]),
+           "store": (list(range(3 * nq // 4, nq)) or [0], [0])}
+
+    def queue(kind):
+        qs, n = rot[kind]
+        n[0] += 1
+        return qs[(n[0] - 1) % len(qs)]
 
     def new_head(b):
-        vaug = nl.ndarray((pmax, nkt, d + 1), dt, name="vaug")
+        vaug = nl.ndarray((pmax, ngroups * pairs, d + 1), dt, name="vaug")
         nisa.memset(vaug[:, :, d:d + 1], 1.0, engine=_G)
-        lcol = nl.ndarray((pmax, nqt), nl.float32, name="lse_cols")
-        nisa.memset(lcol, 0.0, engine=_G)
-        heads[b] = {"vaug": vaug, "loaded": 0, "kT": nl.ndarray((d, skv), dt, name="kT"), "lse": lcol,
+        lsum = nl.ndarray((pmax, nqt), nl.float32, name="rowsums")  # per query tile: l, then the logsumexp
+        nisa.memset(lsum, 1.0, engine=_G)
+        nbs = nl.ndarray((pmax, nqt), nl.float32, name="negmaxes")  # per query tile: the final exp bias
+        nisa.memset(nbs, 0.0, engine=_G)
+        heads[b] = {"vaug": vaug, "kT": nl.ndarray((d, skv), dt, name="kT"), "lsum": lsum, "nbs": nbs, "kl": 0, "vl": 0,
                     "kstage": [], "vstage": []}
 
-    def load_kv(b, end):  # K and V rows [loaded, end) in groups (causal: 1, 1, 2, 4, ... tiles, the first gate)
+    def load_kv(b, kend, vend):  # K^T columns up to key kend, [V | 1] groups up to key vend
         head = heads[b]
-        while head["loaded"] < end:
-            r0 = head["loaded"]
-            r1 = min(skv, r0 + (max(1, min(kgroup, r0 // pmax)) if causal else kgroup) * pmax)
-            g0 = r0 // pmax
-            kst = nl.ndarray((pmax, kgroup, d), dt, name="kstage")  # K rows until need_kt transposes them
-            _load_rows(kst, k[b, r0:r1], r1 - r0, any_order)
-            head["kstage"].append((r0, r1, kst))
-            if any_order:  # contiguous rows land in a staging tile; GpSimd interleaves them with the ones column
-                vst = nl.ndarray((pmax, kgroup, d), dt, name="vstage")
-                _load_rows(vst, v[b, r0:r1], r1 - r0, True)
-                head["vstage"].append((r0, r1, vst))
-            else:
-                _load_rows(head["vaug"][:, g0:], v[b, r0:r1], r1 - r0)
-            head["loaded"] = r1
+        while head["kl"] < kend:
+            r0 = head["kl"]
+            if r0 < ao_keys:  # any order: partition i's contiguous rows, transposed on TensorE (need_kt)
+                g0 = r0 // gsize
+                r1 = r0 + mm_n if r0 < K_FIRST_TILES * mm_n else (r0 // chunk + 1) * chunk
+                g1 = min(ao_keys // gsize, max(g0 + 1, r1 // gsize))
+                kst = nl.ndarray((pmax, (g1 - g0) * pairs, d), dt, name="kstage")
+                nisa.dma_copy(kst, k_ao(b)[:, g0 * pairs:g1 * pairs, :], queue=queue("load"))
+                head["kstage"].append((g0 * gsize, g1 * gsize, kst))
+                r1 = g1 * gsize
+            elif use_dma:  # K^T straight from HBM by a DMA transpose: one score tile first, then chunks
+                r1 = min(skv, mm_n if r0 == 0 else (r0 // chunk + 1) * chunk)
+                nisa.dma_transpose(head["kT"][:, r0:r1], k[b, r0:r1, :], queue=queue("load"))
+            else:  # K rows (in order) in tiles that need_kt transposes on TensorE
+                r1 = min(skv, r0 + (max(1, min(kgroup, r0 // pmax)) if causal else kgroup) * pmax)
+                kst = nl.ndarray((pmax, kgroup, d), dt, name="kstage")
+                _load_rows(kst, k[b, r0:r1], r1 - r0)
+                head["kstage"].append((r0, r1, kst))
+            head["kl"] = r1
+        gend = nl.cdiv(min(skv, vend), gsize)
+        while head["vl"] < gend:  # [V | 1] rows in pair layout: a staging tile copied in by need_v
+            g0 = head["vl"]
+            g1 = min(ngroups, g0 + vgroup)
+            r0, r1 = g0 * gsize, min(skv, g1 * gsize)
+            nfull = (r1 - r0) // gsize
+            st = nl.ndarray((pmax, vgroup * pairs, d), dt, name="vstage")
+            if nfull and r0 < ao_keys:  # any order: partition i's contiguous rows are its pair slots
+                nisa.dma_copy(st[:, : nfull * pairs, :], v_ao(b)[:, g0 * pairs:(g0 + nfull) * pairs, :],
+                              queue=queue("load"))
+            elif nfull:
+                nisa.dma_copy(st[:, : nfull * pairs, :].reshape(pmax, nfull, pairs * d),
+                              _pair_rows(v[b], r0, nfull, pairs), queue=queue("load"))
+            tail = r1 - r0 - nfull * gsize
+            rt, n2 = r0 + nfull * gsize, tail // pairs
+            if n2:
+                nisa.dma_copy(st[:n2, nfull * pairs:(nfull + 1) * pairs, :].reshape(n2, pairs * d),
+                              v[b, rt:rt + n2 * pairs].reshape(n2, pairs * d), queue=queue("load"))
+            if tail % pairs:
+                nisa.dma_copy(st[n2:n2 + 1, nfull * pairs, :], v[b, rt + n2 * pairs:rt + n2 * pairs + 1],
+                              queue=queue("load"))
+            head["vstage"].append((g0, nfull, tail, st))
+            head["vl"] = g1
+
+    def need_v(head, cols):  # [V | 1] groups of keys [0, cols): the staged rows copied in
+        vaug = head["vaug"]
+        while head["vstage"] and head["vstage"][0][0] * gsize < cols:
+            g0, nfull, tail, st = head["vstage"].pop(0)
+            if nfull:
+                nisa.tensor_copy(vaug[:, g0 * pairs:(g0 + nfull) * pairs, :d], st[:, : nfull * pairs, :], engine=_V)
+            for e in range(pairs):
+                n = nl.cdiv(tail - e, pairs) if tail > e else 0
+                if n:
+                    nisa.tensor_copy(vaug[:n, (g0 + nfull) * pairs + e, :d], st[:n, nfull * pairs + e, :], engine=_V)
+
+    def need_kt(head, cols):  # K^T columns [0, cols): the staged key tiles through TensorE
+        while head["kstage"] and head["kstage"][0][0] < cols:
+            c0, c1, kst = head["kstage"].pop(0)
+            if c0 >= ao_keys:
+                _transpose_rows(head["kT"][:, c0:c1], kst, c1 - c0, engines)
+                continue
+            # any order: slot r = g * pairs + e of partition i is key column g * gsize + i * pairs + e
+            per = max(1, nl.tile_size.psum_bank_fmax * 4 // (gsize * dt.itemsize))  # groups per PSUM bank
+            for g0 in range(c0 // gsize, c1 // gsize, per):
+                g1 = min(c1 // gsize, g0 + per)
+                tp = nl.ndarray((d, per * gsize), dt, buffer=nl.psum, name="kT_psum")
+                for g in range(g0, g1):
+                    for e in range(pairs):
+                        r = (g - c0 // gsize) * pairs + e
+                        nisa.nc_transpose(tp[:, (g - g0) * gsize + e:(g - g0 + 1) * gsize:pairs], kst[:, r, :])
+                _copy(head["kT"][:, g0 * gsize:g1 * gsize], tp[:, : (g1 - g0) * gsize], engines())
 
     def head_pre(t):  # a batch-head's first keys, well ahead of its first job
         job = jobs[t]
@@ -306,163 +480,240 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=1
             if t == 0:
                 q_dma(0)  # the first query tile goes ahead of the bulk loads
             new_head(job["t"]["b"])
-            load_kv(job["t"]["b"], min(skv, 2 * chunk))
+            load_kv(job["t"]["b"], min(skv, 2 * chunk), 0)
 
-    def kv_dma(t):  # K and V of the keys this job touches, with some lookahead
+    def kv_dma(t):  # K^T of the keys this job and the next touch
         job = jobs[t]
-        load_kv(job["t"]["b"], min(skv, job["c0"] + job["cw"] + chunk // 2))
+        load_kv(job["t"]["b"], min(skv, job["c0"] + job["cw"] + chunk), 0)
 
-    def need_v(head, cols):  # [V | 1] rows [0, cols): the staged groups copied in by GpSimd
-        while head["vstage"] and head["vstage"][0][0] < cols:
-            r0, r1, vst = head["vstage"].pop(0)
-            g0, nfull = r0 // pmax, (r1 - r0) // pmax
-            if nfull:
-                nisa.tensor_copy(head["vaug"][:, g0:g0 + nfull, :d], vst[:, :nfull, :], engine=_G)
-            if r1 - r0 > nfull * pmax:
-                rem = r1 - r0 - nfull * pmax
-                nisa.tensor_copy(head["vaug"][:rem, g0 + nfull, :d], vst[:rem, nfull, :], engine=_G)
+    def v_dma(t):  # [V | 1] of this job's keys, in time for its P V
+        job = jobs[t]
+        load_kv(job["t"]["b"], 0, job["c0"] + job["cw"])
 
-    def need_kt(head, cols):  # K^T columns [0, cols): the staged key groups through TensorE
-        while head["kstage"] and head["kstage"][0][0] < cols:
-            r0, r1, kst = head["kstage"].pop(0)
-            _transpose_rows(head["kT"][:, r0:r1], kst, r1 - r0, engines)
+    def v_copy(t):  # the staged V rows into [V | 1]
+        job = jobs[t]
+        need_v(heads[job["t"]["b"]], job["c0"] + job["cw"])
 
-    def q_dma(t):  # query tiles, qgroup per DMA; the mask tile of the chunk
+    def q_dma(t):  # query tiles, qgroup per DMA (transposed by it where the profile can)
         job = jobs[t]
         tile = job["t"]
         b, qi = tile["b"], tile["qi"]
         if job["first"] and (b, qi) not in qtiles:
             g1 = min(nqt, qi + max(1, min(qgroup, qi)))  # groups of 1, 1, 2, 4, ...: the first tiles gate the start
             r0, r1 = qi * pmax, min(sq, g1 * pmax)
-            qnat = nl.ndarray((pmax, qgroup, d), dt, name="qnat")
-            _load_rows(qnat, q[b, r0:r1], r1 - r0)
-            for j in range(qi, g1):
-                qtiles[(b, j)] = qnat[:, j - qi:j - qi + 1, :]
-        if mask is not None and "mask_raw" not in job:
+            if use_dma:
+                qt = nl.ndarray((d, qgroup * pmax), dt, name="qT")
+                nisa.dma_transpose(qt[:, : r1 - r0], q[b, r0:r1, :], queue=queue("load"))
+                for j in range(qi, g1):
+                    qtiles[(b, j)] = qt[:, (j - qi) * pmax:(j - qi) * pmax + min(pmax, sq - j * pmax)]
+            else:
+                qnat = nl.ndarray((pmax, qgroup, d), dt, name="qnat")
+                _load_rows(qnat, q[b, r0:r1], r1 - r0)
+                for j in range(qi, g1):
+                    qtiles[(b, j)] = qnat[:, j - qi:j - qi + 1, :]
+
+    def m_dma(t):  # the chunk's mask tile
+        job = jobs[t]
+        if mask is not None:
+            tile = job["t"]
             pq, c0, cw = tile["pq"], job["c0"], job["cw"]
             raw = nl.ndarray((pmax, chunk), mask.dtype, name="mask_raw")
-            nisa.dma_copy(raw[:pq, :cw], _mask_rows(mask, b)[tile["q0"]:tile["q0"] + pq, c0:c0 + cw])
+            nisa.dma_copy(raw[:pq, :cw], _mask_rows(mask, tile["b"])[tile["q0"]:tile["q0"] + pq, c0:c0 + cw],
+                          queue=queue("load"))
             job["mask_raw"] = raw
 
     def q_t(t):  # Q^T (scaled by the sign of scale); the mask divided by s_eff (GpSimd)
         job = jobs[t]
         tile = job["t"]
         if job["first"]:
-            qt = nl.ndarray((d, pmax), dt, name="qT")
-            nat = qtiles.pop((tile["b"], tile["qi"]))
-            _transpose_rows(qt[:, : tile["pq"]], nat, tile["pq"], engines, mul=qmul)
-            tile["qT"] = qt
+            src = qtiles.pop((tile["b"], tile["qi"]))
+            if use_dma:
+                if qmul is not None:
+                    nisa.tensor_scalar(src, src, Alu.multiply, qmul, engine=_G)
+                tile["qT"] = src
+            else:
+                qt = nl.ndarray((d, pmax), dt, name="qT")
+                _transpose_rows(qt[:, : tile["pq"]], src, tile["pq"], engines, mul=qmul)
+                tile["qT"] = qt[:, : tile["pq"]]
         if mask is not None:
             pq, cw = tile["pq"], job["cw"]
-            mk = nl.ndarray((pmax, chunk), nl.float32, name="mask")
-            nisa.tensor_scalar(mk[:pq, :cw], job.pop("mask_raw")[:pq, :cw], Alu.multiply, 1.0 / s_eff, engine=_G)
+            raw = job.pop("mask_raw")  # divided by s_eff, in place when it is float32 already
+            mk = raw if mask.dtype == nl.float32 else nl.ndarray((pmax, chunk), nl.float32, name="mask")
+            nisa.tensor_scalar(mk[:pq, :cw], raw[:pq, :cw], Alu.multiply, 1.0 / s_eff, engine=_G)
             job["mask"] = mk
 
-    def qk(t):  # S = Q K^T into PSUM: one bank (512 columns) per tile, so each frees after its exp
+    # per score tile i of a job (stages "qk:i", "bias:i", "vmax:i", "smax:i", "exp:i"): a tile's PSUM bank is taken by
+    # its matmul and freed by its exp, so the next chunk's scores start as soon as banks free up
+    def qk(t, i):  # S = Q K^T into PSUM: one bank (512 columns) per tile
         job = jobs[t]
         tile = job["t"]
         pq, c0, cw = tile["pq"], job["c0"], job["cw"]
+        s0 = i * mm_n
+        if s0 >= cw:
+            return
         head = heads[tile["b"]]
-        need_kt(head, c0 + cw)
-        job["s"] = []
-        for s0 in range(0, cw, mm_n):
-            s1 = min(cw, s0 + mm_n)
-            s = nl.ndarray((pmax, mm_n), nl.float32, buffer=nl.psum, name="scores")
-            nisa.nc_matmul(s[:pq, : s1 - s0], tile["qT"][:, :pq], head["kT"][:, c0 + s0:c0 + s1], accumulate=False)
-            job["s"].append((s0, s1, s))
+        if i == 0:
+            need_kt(head, c0 + cw)
+            job["s"] = {}
+            get_mx(job)
+        s1 = min(cw, s0 + mm_n)
+        s = nl.ndarray((pmax, mm_n), nl.float32, buffer=nl.psum, name="scores")
+        nisa.nc_matmul(s[:pq, : s1 - s0], tile["qT"], head["kT"][:, c0 + s0:c0 + s1], accumulate=False)
+        job["s"][i] = (s0, s1, s)
 
-    def rowmax(t):  # VectorE: causal / mask bias, then the row max of each score tile
+    def bias(t, i):  # VectorE: the causal diagonal's -inf triangle and the mask, added in PSUM
         job = jobs[t]
+        if i not in job.get("s", {}):
+            return
         tile = job["t"]
         pq, q0, c0 = tile["pq"], tile["q0"], job["c0"]
-        mx = nl.ndarray((pmax, len(job["s"])), nl.float32, name="rowmax")
-        mk = job.pop("mask", None)
-        for i, (s0, s1, s) in enumerate(job["s"]):
-            if diag is not None:
-                d0, d1 = max(q0, c0 + s0), min(q0 + pq, c0 + s1)
-                if d0 < d1:
-                    blk = s[:pq, d0 - c0 - s0:d1 - c0 - s0]
-                    nisa.tensor_tensor(blk, blk, diag[:pq, d0 - q0:d1 - q0], Alu.add)
-            if mk is not None:
-                nisa.tensor_tensor(s[:pq, : s1 - s0], s[:pq, : s1 - s0], mk[:pq, s0:s1], Alu.add)
-            nisa.tensor_reduce(mx[:pq, i:i + 1], s[:pq, : s1 - s0], Alu.max, axis=1)
-        job["mx"] = mx
+        s0, s1, s = job["s"][i]
+        if diag is not None:
+            d0, d1 = max(q0, c0 + s0), min(q0 + pq, c0 + s1)
+            if d0 < d1:
+                blk = s[:pq, d0 - c0 - s0:d1 - c0 - s0]
+                nisa.tensor_tensor(blk, blk, diag[:pq, d0 - q0:d1 - q0], Alu.add)
+        if mask is not None:
+            nisa.tensor_tensor(s[:pq, : s1 - s0], s[:pq, : s1 - s0], job["mask"][:pq, s0:s1], Alu.add)
 
-    def negmax(t):  # GpSimd: nb = -s_eff * max(m_old, rowmax) (stored as the exp bias)
+    def get_mx(job):  # [pmax, 2 nsc + 1] row maxima: VectorE's per tile, the running max, GpSimd's per tile
+        if "mx" not in job:
+            nsc = job["nsc"]
+            job["mx"] = nl.ndarray((pmax, 2 * nsc + 1), nl.float32, name="rowmax")
+            job["ncol"] = nsc + 1
+            if job["first"]:
+                nisa.memset(job["mx"][: job["t"]["pq"], nsc:nsc + 1], _NEG_INF, engine=_G)
+        return job["mx"]
+
+    def split(w):  # columns of a score tile whose max VectorE takes
+        return w if w < 2 * pmax else min(w, int(round(w * MAX_ON_VECTOR / 32)) * 32)
+
+    def vmax(t, i):  # VectorE: the row max of the first columns of a score tile
         job = jobs[t]
-        tile = job["t"]
-        pq = tile["pq"]
-        mx = job.pop("mx")
-        if mx.shape[1] > 1:
-            m = nl.ndarray((pmax, 1), nl.float32, name="chunkmax")
-            nisa.tensor_reduce(m[:pq], mx[:pq], Alu.max, axis=1, engine=_G)
-            mx = m
-        nb = nl.ndarray((pmax, 1), nl.float32, name="negmax")
-        if job["first"]:
-            nisa.tensor_scalar(nb[:pq], mx[:pq], Alu.multiply, -s_eff, engine=_G)
-        else:
-            nisa.tensor_scalar(nb[:pq], mx[:pq], Alu.multiply, -s_eff, op1=Alu.min, operand1=tile["nb"][:pq],
-                               engine=_G)
-            job["nb_old"] = tile["nb"]
-        tile["nb"] = job["nb"] = nb
+        if i not in job.get("s", {}):
+            return
+        s0, s1, s = job["s"][i]
+        pq = job["t"]["pq"]
+        nisa.tensor_reduce(job["mx"][:pq, i:i + 1], s[:pq, : split(s1 - s0)], Alu.max, axis=1)
 
-    def expo(t):  # ScalarE: P = exp(s_eff * S + nb) per score tile, alpha = exp(nb - nb_old)
+    def smax(t, i):  # the other columns: ScalarE copies them to SBUF, GpSimd takes their max
+        job = jobs[t]
+        if i not in job.get("s", {}):
+            return
+        s0, s1, s = job["s"][i]
+        pq, nsc = job["t"]["pq"], job["nsc"]
+        w = s1 - s0
+        wv = split(w)
+        if wv < w:
+            scr = nl.ndarray((pmax, w - wv), nl.float32, name="scores_sb")
+            _copy(scr[:pq], s[:pq, wv:w], _S)
+            nisa.tensor_reduce(job["mx"][:pq, nsc + 1 + i:nsc + 2 + i], scr[:pq], Alu.max, axis=1, engine=_G)
+            job["ncol"] = nsc + 2 + i
+            job.setdefault("scr", {})[i] = (wv, scr)
+
+    def negmax(t):  # GpSimd: m = max(m_old, the chunk's row max), written where the next chunk's max looks for it
+        job = jobs[t]
+        pq, nsc = job["t"]["pq"], job["nsc"]
+        mx = job.pop("mx")
+        if job["last"]:
+            m = nl.ndarray((pmax, 1), nl.float32, name="runmax")[:pq]
+        else:
+            nxt = jobs[job["next"]]
+            m = get_mx(nxt)[:pq, nxt["nsc"]:nxt["nsc"] + 1]
+        nisa.tensor_reduce(m, mx[:pq, : job["ncol"]], Alu.max, axis=1, engine=_G)
+        job["m"] = m
+        if not job["first"]:
+            job["m_old"] = mx[:pq, nsc:nsc + 1]
+
+    def expo(t, i):  # ScalarE: nb = -s_eff m, P = exp(s_eff * S + nb) per score tile, alpha = exp(s_eff m_old + nb)
+        job = jobs[t]
+        if i not in job.get("s", {}):
+            return
+        pq = job["t"]["pq"]
+        if i == 0:  # the tile's last chunk keeps its bias for the logsumexp
+            qi = job["t"]["qi"]
+            nb = (heads[job["t"]["b"]]["nbs"][:, qi:qi + 1] if job["last"] else
+                  nl.ndarray((pmax, 1), nl.float32, name="negmax"))
+            nisa.activation(nb[:pq], Act.identity, job["m"], scale=-s_eff)
+            job["t"]["nb"] = job["nb"] = nb
+            job["p"] = nl.ndarray((pmax, chunk), dt, name="probs")
+        s0, s1, s = job["s"].pop(i)
+        wv, scr = job.get("scr", {}).pop(i, (s1 - s0, None))
+        if scr is not None and gexp_base is None:  # ScalarE takes the copied columns too
+            wv = s1 - s0
+        nisa.activation(job["p"][:pq, s0:s0 + wv], Act.exp, s[:pq, :wv], bias=job["nb"][:pq], scale=s_eff)
+        if wv < s1 - s0:  # GpSimd: the copied columns as base ** (S - m), base = e^s_eff (= exp(s_eff (S - m)))
+            nisa.tensor_scalar(job["p"][:pq, s0 + wv:s1], scr[:pq], Alu.subtract, job["m"], op1=Alu.pow,
+                               operand1=gexp_base, reverse1=True, engine=_G)
+        if i == 0 and not job["first"]:  # after the first tile, so it does not directly follow nb
+            alpha = nl.ndarray((pmax, 1), nl.float32, name="alpha")
+            nisa.activation(alpha[:pq], Act.exp, job.pop("m_old"), bias=job["nb"][:pq], scale=s_eff)
+            job["alpha"] = alpha
+
+    def dma_t(t):  # P^T of the DMA groups: one SBUF->SBUF DMA transpose per group (16-bit: of key pairs)
+        job = jobs[t]
+        pq, segs = job["t"]["pq"], job["dma_segs"]
+        if not segs:
+            return
+        pd = nl.ndarray((pmax, len(segs), pmax * pairs), dt, name="pT_dma")
+        for j, (gc, w, _) in enumerate(segs):
+            dst, src = pd[:, j, : pq * pairs], job["p"][:pq, gc:gc + w]
+            if pairs > 1:
+                dst, src = _wide(dst), _wide(src)
+            nisa.dma_transpose(dst, src, queue=queue("p"))
+        job["pd"] = pd
+
+    def transpose(t):  # P^T of the other groups through TensorE (pair slot e: keys e, e + pairs, ...)
+        job = jobs[t]
+        pq, units = job["t"]["pq"], job["te_units"]
+        job["pt_psum"] = []
+        for u0 in range(0, len(units), per_bank):
+            grp = units[u0:u0 + per_bank]
+            pt = nl.ndarray((pmax, len(grp), pmax), dt, buffer=nl.psum, name="pT")
+            for j, ((gc, w, _), e, n) in enumerate(grp):
+                nisa.nc_transpose(pt[:n, j, :pq], job["p"][:pq, gc + e:gc + w:pairs])
+            job["pt_psum"].append((u0, grp, pt))
+
+    def copy(t):  # the TensorE P^T tiles to SBUF, by VectorE and ScalarE
         job = jobs[t]
         pq = job["t"]["pq"]
-        if not job["first"]:  # first, so the rescale reading alpha does not directly follow it
-            alpha = nl.ndarray((pmax, 1), nl.float32, name="alpha")
-            nisa.activation(alpha[:pq], Act.exp, job.pop("nb_old")[:pq], bias=job["nb"][:pq], scale=-1.0)
-            job["alpha"] = alpha
-        p = nl.ndarray((pmax, chunk), dt, name="probs")
-        for s0, s1, s in job.pop("s"):
-            nisa.activation(p[:pq, s0:s1], Act.exp, s[:pq, : s1 - s0], bias=job["nb"][:pq], scale=s_eff)
-        job["p"] = p
-
-    def transpose(t):  # P^T (keys on partitions) through TensorE, copied to SBUF by VectorE and ScalarE
-        job = jobs[t]
-        tile = job["t"]
-        pq, cw = tile["pq"], job["cw"]
-        nsub = nl.cdiv(cw, pmax)
-        pt = nl.ndarray((pmax, chunk // pmax, pmax), dt, buffer=nl.psum, name="pT")
-        for j in range(nsub):
-            w = min(pmax, cw - j * pmax)
-            nisa.nc_transpose(pt[:w, j, :pq], job["p"][:pq, j * pmax:j * pmax + w])
-        job["pT_psum"] = pt
-        del job["p"]
-
-    def copy(t):
-        job = jobs[t]
-        pq, cw = job["t"]["pq"], job["cw"]
-        need_v(heads[job["t"]["b"]], job["c0"] + cw)
-        nsub = nl.cdiv(cw, pmax)
-        pt = job.pop("pT_psum")
-        ps = nl.ndarray((pmax, chunk // pmax, pmax), dt, name="pT_sb")
-        full = cw // pmax
-        share[0] += full * COPY_ON_VECTOR  # error diffusion: VectorE takes this share of the tiles overall
-        half = min(full, max(0, round(share[0])))
-        share[0] -= half
-        if half:
-            nisa.tensor_copy(ps[:, :half, :pq], pt[:, :half, :pq], engine=_V)
-        if full > half:
-            nisa.tensor_copy(ps[:, half:full, :pq], pt[:, half:full, :pq], engine=_S)
-        if full < nsub:
-            w = cw - full * pmax
-            nisa.tensor_copy(ps[:w, full, :pq], pt[:w, full, :pq], engine=_V)
+        units = job["te_units"]
+        if not units:
+            return
+        ps = nl.ndarray((pmax, len(units), pmax), dt, name="pT_sb")
+        for u0, grp, pt in job.pop("pt_psum"):
+            full = sum(1 for _, _, n in grp if n == pmax)  # full tiles come first (only a chunk's last group is short)
+            share[0] += full * cov  # error diffusion: VectorE takes this share of the tiles overall
+            nv = min(full, max(0, round(share[0])))
+            share[0] -= nv
+            if nv:
+                nisa.tensor_copy(ps[:, u0:u0 + nv, :pq], pt[:, :nv, :pq], engine=_V)
+            if full > nv:
+                _copy(ps[:, u0 + nv:u0 + full, :pq], pt[:, nv:full, :pq], _S)
+            for j in range(full, len(grp)):
+                n = grp[j][2]
+                nisa.tensor_copy(ps[:n, u0 + j, :pq], pt[:n, j, :pq], engine=_V)
         job["pT"] = ps
 
     def pv(t):  # O = alpha * O + P [V | 1]: the last column accumulates the row sums
         job = jobs[t]
         tile = job["t"]
-        b, pq, c0, cw = tile["b"], tile["pq"], job["c0"], job["cw"]
-        head = heads[b]
+        pq = tile["pq"]
+        vaug = heads[tile["b"]]["vaug"]
         if job["first"]:
             tile["o"] = nl.ndarray((pmax, d + 1), nl.float32, buffer=nl.psum, name="acc")
         o = tile["o"][:pq]
-        ps = job.pop("pT")
-        for j in range(nl.cdiv(cw, pmax)):
-            w = min(pmax, cw - j * pmax)
-            nisa.nc_matmul(o, ps[:w, j, :pq], head["vaug"][:w, (c0 // pmax) + j, :],
-                           accumulate=not (job["first"] and j == 0))
+        mms = []
+        if job["te_units"]:
+            ps = job.pop("pT")
+            mms += [(ps[:n, j, :pq], vaug[:n, g * pairs + e, :]) for j, ((_, _, g), e, n) in enumerate(job["te_units"])]
+        if job["dma_segs"]:
+            pd = job.pop("pd")
+            mms += [(pd[:, j, e:pq * pairs:pairs], vaug[:, g * pairs + e, :])
+                    for j, (_, _, g) in enumerate(job["dma_segs"]) for e in range(pairs)]
+        for i, (st, mv) in enumerate(mms):
+            nisa.nc_matmul(o, st, mv, accumulate=not (job["first"] and i == 0))
+        del job["p"]
 
     def rescale(t):  # O *= alpha, after the previous chunk's PV and before this chunk's
         job = jobs[t]
@@ -470,24 +721,25 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=1
             o = job["t"]["o"][:job["t"]["pq"]]
             nisa.activation(o, Act.identity, o, scale=job.pop("alpha")[:job["t"]["pq"]])
 
-    def fin(t):  # out = O / l, logsumexp = log(l) - nb; per batch-head the logsumexp columns become rows
+    def fin(t):  # out = O / l; the head's logsumexps log(l) - nb at its end, their columns turned into rows
         job = jobs[t]
         tile = job["t"]
-        b, pq = tile["b"], tile["pq"]
+        b, pq, qi = tile["b"], tile["pq"], tile["qi"]
         head = heads[b]
         o = tile["o"][:pq]
         if job["last"]:
             res = nl.ndarray((pmax, d), dt, name="res")
             nisa.tensor_scalar(res[:pq], o[:, :d], Alu.divide, o[:, d:d + 1])
-            nisa.dma_copy(out[b, tile["q0"]:tile["q0"] + pq, :], res[:pq])
-            lg = nl.ndarray((pmax, 1), nl.float32, name="logsum")
-            nisa.activation(lg[:pq], Act.log, o[:, d:d + 1])
-            nisa.tensor_tensor(head["lse"][:pq, tile["qi"]:tile["qi"] + 1], lg[:pq], tile["nb"][:pq], Alu.subtract)
-        if job["b_last"]:  # logsumexp columns -> rows, stored contiguously
+            nisa.dma_copy(out[b, tile["q0"]:tile["q0"] + pq, :], res[:pq], queue=queue("store"))
+            nisa.tensor_copy(head["lsum"][:pq, qi:qi + 1], o[:, d:d + 1], engine=_V)
+        if job["b_last"]:  # one log for the head (ScalarE's stream stays free for the exps)
+            lcol = head["lsum"]
+            nisa.activation(lcol, Act.log, lcol)
+            nisa.tensor_tensor(lcol, lcol, head["nbs"], Alu.subtract, engine=_G)
             for g0 in range(0, nqt, pmax):
                 g1 = min(nqt, g0 + pmax)
                 tp = nl.ndarray((g1 - g0, pmax), nl.float32, buffer=nl.psum, name="lseT")
-                nisa.nc_transpose(tp, head["lse"][:, g0:g1])
+                nisa.nc_transpose(tp, lcol[:, g0:g1])
                 rows = nl.ndarray((g1 - g0, pmax), nl.float32, name="lse_rows")
                 nisa.tensor_copy(rows, tp, engine=_V)
                 nfull = min(g1, sq // pmax) - g0
@@ -498,16 +750,44 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=1
                     nisa.dma_copy(lse[b, (g0 + nfull) * pmax:sq].reshape(1, rem), rows[nfull:nfull + 1, :rem])
             del heads[b]
 
-    fns = {"head_pre": head_pre, "kv_dma": kv_dma, "q_dma": q_dma, "q_t": q_t, "qk": qk, "rowmax": rowmax,
-           "negmax": negmax, "exp": expo, "transpose": transpose, "copy": copy, "rescale": rescale, "pv": pv,
-           "fin": fin}
-    preds = {"head_pre": (), "kv_dma": ("head_pre",), "q_dma": (), "q_t": ("q_dma",), "qk": ("kv_dma", "q_t"),
-             "rowmax": ("qk",), "negmax": ("rowmax",), "exp": ("negmax",), "transpose": ("exp",),
-             "copy": ("transpose",), "rescale": ("exp",), "pv": ("copy", "rescale"), "fin": ("pv",)}
-    first_of_head, first_of_tile = {}, {}
+    tiled = ("qk", "bias", "vmax", "smax", "exp")  # stages per score tile
+    fns = {"head_pre": head_pre, "kv_dma": kv_dma, "v_dma": v_dma, "v_copy": v_copy, "q_dma": q_dma, "m_dma": m_dma,
+           "q_t": q_t,
+           "negmax": negmax,
+           "dma_t": dma_t, "transpose": transpose, "copy": copy, "rescale": rescale, "pv": pv, "fin": fin}
+    preds = {"head_pre": (), "kv_dma": ("head_pre",), "v_dma": ("kv_dma",), "v_copy": ("v_dma",), "q_dma": (),
+             "m_dma": (), "q_t": ("q_dma", "m_dma"),
+             "negmax": (),
+             "dma_t": (), "transpose": (), "copy": ("transpose",), "rescale": (),
+             "pv": ("copy", "dma_t", "rescale", "v_copy"),
+             "fin": ("pv",)}
+    nst = nl.cdiv(chunk, mm_n)
+    for i in range(nst):
+        for name, f in (("qk", qk), ("bias", bias), ("vmax", vmax), ("smax", smax), ("exp", expo)):
+            fns[f"{name}:{i}"] = (lambda f_, i_: lambda t: f_(t, i_))(f, i)
+        preds[f"qk:{i}"] = ("kv_dma", "q_t") + ((f"qk:{i - 1}",) if i else ())
+        preds[f"bias:{i}"] = (f"qk:{i}",)
+        preds[f"vmax:{i}"] = (f"bias:{i}",)
+        preds[f"smax:{i}"] = (f"vmax:{i}",)
+        preds[f"exp:{i}"] = ("negmax",) + ((f"exp:{i - 1}",) if i else ())
+    preds["negmax"] = tuple(f"smax:{i}" for i in range(nst))
+    for name in ("dma_t", "transpose", "rescale"):
+        preds[name] = (f"exp:{nst - 1}",)
+    stages = []
+    for off, name in FWD_SCHEDULE:
+        if name in tiled:
+            stages += [(f"{name}:{i}", off + i * TILE_STEP, fns[f"{name}:{i}"], preds[f"{name}:{i}"])
+                       for i in range(nst)]
+        else:
+            stages.append((name, off, fns[name], preds[name]))
+    first_of_head, fin_after, last_fin = {}, {}, {}
     for t, job in enumerate(jobs):
         first_of_head.setdefault(job["t"]["b"], t)
-        first_of_tile.setdefault(id(job["t"]), t)
+        if job["last"]:  # tiles finish in job order; the head's last job finishes last
+            b = job["t"]["b"]
+            if b in last_fin:
+                fin_after[t] = last_fin[b]
+            last_fin[b] = t
 
     def after(t, name):  # order the state that flows between jobs (budgets may hold an item back)
         job, prev = jobs[t], t - 1
@@ -515,23 +795,24 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=1
             return ((prev, "fin"),)
         if name == "kv_dma":  # the head exists
             return ((first_of_head[job["t"]["b"]], "head_pre"),)
-        if name == "qk" and t:  # key chunks (K^T transposes, the running max) in job order
-            return ((prev, "qk"),)
+        if name == "qk:0" and t:  # key chunks (K^T transposes, the running max) in job order
+            return ((prev, f"qk:{nst - 1}"),)
         if name in ("negmax", "rescale") and not job["first"]:  # running max; O rescaled between PVs
-            return ((prev, "negmax" if name == "negmax" else "pv"),)
-        f = first_of_tile[id(job["t"])]
-        if name == "fin" and job["last"] and f and jobs[f - 1]["t"]["b"] == job["t"]["b"]:
-            return ((f - 1, "fin"),)  # the previous tile's: logsumexp columns complete at the head's end
+            return ((job["prev"], "negmax" if name == "negmax" else "pv"),)
+        if name == "fin" and job["last"] and t in fin_after:
+            return ((fin_after[t], "fin"),)  # the previous tile's: logsumexp columns complete at the head's end
         return ()
 
-    def usage(t, name):  # PSUM banks: score tiles, P^T tiles, accumulators
+    def usage(t, name):  # PSUM banks: score tiles and P^T tiles; accumulators
         job = jobs[t]
-        nsc = nl.cdiv(job["cw"], mm_n)
-        return {"qk": {"scores": nsc}, "exp": {"scores": -nsc}, "transpose": {"pT": 1}, "copy": {"pT": -1},
+        if name.startswith(("qk:", "exp:")):
+            has = int(name.split(":")[1]) < job["nsc"]
+            return {"banks": 1 if name.startswith("qk") else -1} if has else {}
+        return {"transpose": {"banks": job["npt"]}, "copy": {"banks": -job["npt"]},
                 "pv": {"acc": 1} if job["first"] else {}, "fin": {"acc": -1} if job["last"] else {}}.get(name, {})
 
     # every job counts as a full one: short (causal) chunks are latency-bound, not faster to pipeline
-    _pipeline([1.0] * len(jobs), [(n, off, fns[n], preds[n]) for off, n in FWD_SCHEDULE], after, usage, PSUM_BUDGET)
+    _pipeline([1.0] * len(jobs), stages, after, usage, PSUM_BUDGET)
     return out, lse
 
 
