@@ -4,6 +4,7 @@ devices are the NeuronCores of the profile's chip. The C++ core calls the method
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 
 from neuron_hal import get_driver
 
@@ -17,6 +18,7 @@ class Runtime:
         self.infos = self.driver.devices()
         self.allocator = CachingAllocator(self.driver)
         self._opened: set[int] = set()
+        self._queues: defaultdict[int, set[int]] = defaultdict(lambda: {0})  # device -> queues events have seen
 
     @property
     def profile(self):
@@ -45,7 +47,13 @@ class Runtime:
         return self.allocator.device_of(address)
 
     def timeline(self, device: int, stream: int) -> float:
-        return self.driver.timeline(device, stream)
+        """The device time an event recorded now on ``stream`` marks: when the stream's submitted work
+        completes, and not before the device's present. A core runs one program at a time whatever its
+        queue, so work issued next on an idle stream starts when the other queues' work ends; an event on
+        that stream must mark that moment, not the stream's last (possibly long past) completion."""
+        queues = self._queues[device]
+        queues.add(stream)
+        return max(self.driver.timeline(device, q) for q in queues)
 
     def synchronize(self, device: int, stream: int) -> None:
         self.driver.synchronize(device, None if stream < 0 else stream)
