@@ -16,12 +16,33 @@ def install(session, *extra):
     session.install("-c", "constraints.txt", *PACKAGES, *extra)
 
 
+# PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU). They run under
+# pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
+# dead run; `test` subsamples them (TORCH_NEURON_OPINFO_SAMPLES, default 3 per entry), `opinfo` runs all.
+DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
+TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest")
+
+
 @nox.session(python=PYTHON)
 def test(session):
-    """Install the packages and run every package's tests."""
-    install(session, "pytest", "pytest-timeout", "hypothesis")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *TESTS, *session.posargs,
-                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
+    """Install the packages and run every package's tests (the test databases subsampled, on 2 workers)."""
+    install(session, *TEST_DEPS)
+    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")}
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *TESTS, *[f"--ignore={t}" for t in DB_TESTS],
+                *session.posargs, env=env)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *DB_TESTS, *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
+def opinfo(session):
+    """op_db (float32, bfloat16), module_db and optim_db on neuron with every sample, and the summary
+    (ops passing all samples, % native). `nox -s opinfo -- --update-exclusions` rewrites
+    packages/torch-neuron/tests/opinfo_exclusions.toml from the failures of the run."""
+    install(session, *TEST_DEPS)
+    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "TORCH_NEURON_OPINFO_SAMPLES": "all"}
+    updating = "--update-exclusions" in session.posargs
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--timeout", "3600", *DB_TESTS,
+                *session.posargs, env=env, success_codes=[0, 1] if updating else [0])
 
 
 @nox.session(python=PYTHON)
@@ -37,10 +58,19 @@ def bench(session):
     env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")}
     session.run("python", "bench/run.py", *session.posargs, env=env)
     session.run("python", "bench/kernels.py", env=env)
+    session.run("python", "bench/torch_ops.py", env=env)
 
 
 @nox.session(python=PYTHON)
 def demo(session):
+    """Train a small GPT with PyTorch on a simulated Trainium2 core: loss, simulated step time, tokens/s, MFU."""
+    install(session)
+    session.run("python", "demo/gpt.py", *session.posargs,
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
+
+
+@nox.session(name="demo-gemm", python=PYTHON)
+def demo_gemm(session):
     """A tiled GEMM on a simulated Trainium2 core: result check, device time, engine utilization."""
     install(session)
     session.run("python", "demo/gemm.py", *session.posargs,

@@ -100,7 +100,8 @@ class Kernel:
     def _key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
         parts = []
         for name, v in bound.arguments.items():
-            parts.append((name, TensorSpec.of(v)) if _is_tensor(v) else (name, "const", _freeze(v)))
+            # constants by repr: 2, 2.0 and True (and 0.0, -0.0) compare equal but trace different programs
+            parts.append((name, TensorSpec.of(v)) if _is_tensor(v) else (name, "const", repr(_freeze(v))))
         return (profile.name, tuple(parts))
 
     def trace(self, *args, profile: Profile | str | None = None, **kwargs) -> Program:

@@ -18,6 +18,7 @@ __version__ = "0.0.1"
 _C = _extension.load()
 sys.modules[__name__ + "._C"] = _C
 
+from . import profiler  # noqa: E402  (torch.neuron.profiler)
 from .amp import get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabled, is_bf16_supported  # noqa: E402
 from .device import (  # noqa: E402
     NeuronDeviceProperties,
@@ -65,7 +66,7 @@ __all__ = [
     "get_autocast_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
     "get_rng_state_all", "host_alias", "initial_seed", "is_autocast_enabled", "is_available", "is_bf16_supported",
     "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics", "reset_metrics",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics", "profiler", "reset_metrics",
     "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
     "set_stream", "set_strict", "stream", "synchronize", "top_ops",
 ]
@@ -88,9 +89,10 @@ def _register() -> None:
                                                          for_storage=True)
     rt = runtime()
     _C._init(rt, rt.device_count())
-    from . import ops
+    from . import compat, ops
 
     ops.register()
+    compat.register(ops.registry.LIB)
 
 
 def _autoload() -> None:

@@ -1,12 +1,14 @@
 """Build (once) and load the C++ core with torch's cpp_extension tooling.
 
-The build directory is keyed by the torch version and a digest of the sources, under
-``$TORCH_NEURON_BUILD_DIR`` (default ``~/.cache/torch-neuron``), so a second run, another virtualenv
-with the same torch, or a CI cache restores it without rebuilding.
+The build directory is keyed by the torch version and a digest of the sources and their location (ninja
+records absolute paths, so two checkouts sharing one directory would rebuild each other's objects), under
+``$TORCH_NEURON_BUILD_DIR`` (default ``~/.cache/torch-neuron``), so a second run or a CI cache restores it
+without rebuilding.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from pathlib import Path
@@ -21,7 +23,7 @@ def _sources() -> list[Path]:
 
 
 def build_dir() -> Path:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(str(CSRC.resolve()).encode())
     for p in _sources():
         digest.update(p.name.encode() + b"\0" + p.read_bytes())
     root = Path(os.environ.get("TORCH_NEURON_BUILD_DIR", Path.home() / ".cache" / "torch-neuron"))
@@ -33,10 +35,16 @@ def build_dir() -> Path:
 def load():
     from torch.utils import cpp_extension
 
-    return cpp_extension.load(
-        name="torch_neuron_C",
-        sources=[str(p) for p in _sources() if p.suffix == ".cpp"],
-        build_directory=str(build_dir()),
-        extra_cflags=["-O2", "-DTORCH_NEURON"],
-        verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
-    )
+    path = build_dir()
+    with open(path / "build.flock", "w") as held:
+        # cpp_extension's own lock is a file that outlives a killed build and then blocks every later
+        # import forever; an flock dies with its holder, and whoever holds it may clear that stale file
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (path / "lock").unlink(missing_ok=True)
+        return cpp_extension.load(
+            name="torch_neuron_C",
+            sources=[str(p) for p in _sources() if p.suffix == ".cpp"],
+            build_directory=str(path),
+            extra_cflags=["-O2", "-DTORCH_NEURON"],
+            verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
+        )

@@ -13,6 +13,7 @@ from .metrics import fallback_calls
 
 _strict = os.environ.get("TORCH_NEURON_STRICT", "0") not in ("", "0", "false", "False")
 _warned: set[str] = set()
+observers: list = []  # callables (op) told of every fallback, e.g. an active profiler
 
 
 class NeuronFallbackWarning(UserWarning):
@@ -35,6 +36,8 @@ def on_fallback(op: str) -> None:
             f"aten::{op} has no neuron kernel and strict mode forbids the CPU fallback "
             f"(unset TORCH_NEURON_STRICT or call torch.neuron.set_strict(False) to allow it)")
     fallback_calls[op] += 1
+    for observe in observers:
+        observe(op)
     if op not in _warned:
         _warned.add(op)
         warnings.warn(f"aten::{op} has no neuron kernel: running it on the CPU (copies in and out); "

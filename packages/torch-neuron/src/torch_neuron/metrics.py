@@ -8,12 +8,15 @@ native_calls: Counter[str] = Counter()
 fallback_calls: Counter[str] = Counter()
 device_ns: defaultdict[str, float] = defaultdict(float)
 launches: Counter[str] = Counter()
+observers: list = []  # callables (op, ns) told of every native op, e.g. an active profiler
 
 
 def record_native(op: str, ns: float, programs: int = 1) -> None:
     native_calls[op] += 1
     device_ns[op] += ns
     launches[op] += programs
+    for observe in observers:
+        observe(op, ns)
 
 
 def metrics() -> dict:

@@ -21,6 +21,18 @@ def write_out(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def check_cast(result: torch.dtype, target: torch.Tensor) -> None:
+    """aten's rule for in-place and out= results: the result dtype must cast safely into the target's
+    (an int tensor cannot take a float result), never a silent truncation."""
+    if not torch.can_cast(result, target.dtype):
+        raise RuntimeError(f"result type {_type_name(result)} can't be cast to the desired output type "
+                           f"{_type_name(target.dtype)}")
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return torch.empty(0, dtype=dtype).type().removeprefix("torch.").removesuffix("Tensor")  # aten's: Float, Int
+
+
 def out_variant(fn):
     """``fn(*args, out=t)`` from a functional ``fn(*args) -> Tensor``."""
 
@@ -35,7 +47,9 @@ def inplace_variant(fn):
     """``fn_(self, *args)`` from a functional ``fn(self, *args) -> Tensor``: computes, then copies into self."""
 
     def run_inplace(self, *args, **kwargs):
-        self.copy_(fn(self, *args, **kwargs))
+        result = fn(self, *args, **kwargs)
+        check_cast(result.dtype, self)
+        self.copy_(result)
         return self
 
     run_inplace.__name__ = f"{fn.__name__}_"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+
 from neuron_hal import DType
 from neuron_kernels import TensorSpec
 
@@ -32,10 +33,17 @@ def device_dtype(dtype: torch.dtype) -> DType | None:
 
 
 class _Launch:
-    __slots__ = ("loaded", "inputs", "outputs", "returns", "name")
+    """A loaded program and how to bind a call's tensors to its arguments, fixed per signature.
 
-    def __init__(self, loaded, inputs, outputs, returns, name):
+    ``inputs``: (slot, where) for every argument the caller provides: ``where`` is the position of the
+    kernel parameter in ``args`` or its keyword name. ``outputs``: (slot, shape, dtype) of the tensors
+    the launch allocates. ``returns``: indices into the outputs in the kernel's return order."""
+
+    __slots__ = ("loaded", "inputs", "outputs", "returns", "name", "device", "nslots", "driver")
+
+    def __init__(self, loaded, inputs, outputs, returns, name, device, nslots, driver):
         self.loaded, self.inputs, self.outputs, self.returns, self.name = loaded, inputs, outputs, returns, name
+        self.device, self.nslots, self.driver = device, nslots, driver
 
 
 _cache: dict[tuple, _Launch] = {}
@@ -43,11 +51,15 @@ _cache: dict[tuple, _Launch] = {}
 
 def _key_part(v):
     if isinstance(v, torch.Tensor):
-        return (tuple(v.shape), v.dtype)
+        return (v.shape, v.dtype)  # torch.Size hashes as a tuple
     if isinstance(v, list | tuple):
         return tuple(_key_part(x) for x in v)
     if isinstance(v, torch.dtype):
         return ("dtype", v)
+    if isinstance(v, float):
+        return (float, v.hex())  # 1 and 1.0, 0.0 and -0.0 are equal keys but different constants; nan == nan
+    if isinstance(v, bool):
+        return (bool, v)
     return v
 
 
@@ -68,25 +80,62 @@ def _prepare(kernel, args, kwargs, device: int) -> _Launch:
     rt = runtime()
     specs, kspecs = [_spec(a) for a in args], {k: _spec(v) for k, v in kwargs.items()}
     program = kernel.trace(*specs, profile=rt.profile, **kspecs)
-    bound = kernel.signature.bind(*args, **kwargs).arguments
-    inputs, outputs = [], []
+    params = list(kernel.signature.parameters.values())
+    positional = {p.name: i for i, p in enumerate(params[:len(args)])
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    inputs, outputs, slot = [], [], 0
     for arg in program.args:
         if arg.role == "scratch":
             continue
         if arg.role == "out":
-            inputs.append(None)
-            outputs.append((len(inputs) - 1, tuple(arg.shape), DTYPE_TO_TORCH[arg.dtype]))
+            outputs.append((slot, tuple(arg.shape), DTYPE_TO_TORCH[arg.dtype]))
+        elif arg.name in positional:
+            inputs.append((slot, positional[arg.name]))
+        elif arg.name in kwargs:
+            inputs.append((slot, arg.name))
         else:
-            inputs.append(_locate(bound, arg.name))
+            raise KeyError(f"program argument {arg.name!r} matches no kernel parameter")
+        slot += 1
     returns = [sum(1 for a in program.args[:i] if a.role == "out") for i in program.meta["outputs"]]
-    return _Launch(rt.driver.load(device, program), inputs, outputs, returns, kernel.name)
+    return _Launch(rt.driver.load(device, program), inputs, outputs, returns, kernel.name,
+                   torch.device("neuron", device), slot, rt.driver)
 
 
-def _locate(bound: dict, name: str):
-    """The kernel parameter a program argument comes from."""
-    if name in bound:
-        return (name, None)
-    raise KeyError(f"program argument {name!r} matches no kernel parameter")
+def prepared(kernel, args, kwargs) -> _Launch:
+    """The cached launch of ``kernel`` for these arguments' shapes, dtypes, constants and device (traced and
+    loaded on first use). Callers that cache it themselves skip this lookup; see ``execute``."""
+    device = _device_index(args, kwargs)
+    key = (kernel, device, *map(_key_part, args), *[(k, _key_part(v)) for k, v in kwargs.items()])
+    launch = _cache.get(key)
+    if launch is None:
+        launch = _cache[key] = _prepare(kernel, args, kwargs, device)
+    return launch
+
+
+def execute(op: str, launch: _Launch, args, kwargs, outs=None) -> list[torch.Tensor]:
+    """Run a prepared launch on arguments of the signature it was prepared for: new outputs, or ``outs``
+    (contiguous tensors of the outputs' shapes and dtypes, in the kernel's return order)."""
+    if outs is None:
+        dev = launch.device
+        made = [torch.empty(shape, dtype=dtype, device=dev) for _, shape, dtype in launch.outputs]
+    else:
+        made = [None] * len(launch.outputs)
+        for t, i in zip(outs, launch.returns):
+            _, shape, dtype = launch.outputs[i]
+            if t.shape != shape or t.dtype != dtype or not t.is_contiguous():
+                raise ValueError(f"{op}: output {i} must be a contiguous {dtype} tensor of shape {list(shape)}, "
+                                 f"got {t.dtype} {list(t.shape)} with strides {t.stride()}")
+            made[i] = t
+    addresses = [0] * launch.nslots
+    for slot, where in launch.inputs:
+        addresses[slot] = (args[where] if where.__class__ is int else kwargs[where]).data_ptr()
+    for (slot, _, _), t in zip(launch.outputs, made):
+        addresses[slot] = t.data_ptr()
+    device = launch.device.index
+    stream = torch._C._accelerator_getStream(device).stream_id
+    report = launch.driver.execute(device, launch.loaded, addresses, queue=stream)
+    record_native(op, report.device_ns)
+    return [made[i] for i in launch.returns] if outs is None else list(outs)
 
 
 def run(op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:
@@ -95,27 +144,24 @@ def run(op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:
     Tensor arguments must be contiguous neuron tensors; outputs are new contiguous tensors on the
     same device. Inputs the kernel writes (``inout``) are updated in place.
     """
-    device = next(a.device.index for a in _tensors(args, kwargs))
-    key = (kernel, device, tuple(_key_part(a) for a in args), tuple((k, _key_part(v)) for k, v in kwargs.items()))
-    launch = _cache.get(key)
-    if launch is None:
-        launch = _cache[key] = _prepare(kernel, args, kwargs, device)
-    bound = None
-    outs = [torch.empty(shape, dtype=dtype, device=torch.device("neuron", device)) for _, shape, dtype in launch.outputs]
-    addresses = [0] * len(launch.inputs)
-    for (slot, _, _), t in zip(launch.outputs, outs):
-        addresses[slot] = t.data_ptr() if t.numel() else 0
-    for slot, where in enumerate(launch.inputs):
-        if where is None:
-            continue
-        if bound is None:
-            bound = kernel.signature.bind(*args, **kwargs).arguments
-        addresses[slot] = bound[where[0]].data_ptr()
-    rt = runtime()
-    stream = torch.accelerator.current_stream(torch.device("neuron", device)).stream_id
-    report = rt.driver.execute(device, launch.loaded, addresses, queue=stream)
-    record_native(op, report.device_ns)
-    return [outs[i] for i in launch.returns]
+    return execute(op, prepared(kernel, args, kwargs), args, kwargs)
+
+
+def run_into(outs: list[torch.Tensor], op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:
+    """``run`` writing the kernel's outputs (in its return order) into the given contiguous neuron tensors
+    of the outputs' shapes and dtypes (in-place and ``out=`` ops). An output may be one of the inputs
+    only where the kernel reads each element before writing it (elementwise kernels on identical
+    views)."""
+    return execute(op, prepared(kernel, args, kwargs), args, kwargs, outs)
+
+
+def _device_index(args, kwargs) -> int:
+    for v in args:
+        if isinstance(v, torch.Tensor):
+            return v.device.index
+    for v in _tensors(args, kwargs):
+        return v.device.index
+    raise ValueError("a kernel launch needs at least one tensor argument")
 
 
 def _tensors(args, kwargs):

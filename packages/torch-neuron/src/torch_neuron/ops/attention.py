@@ -1,0 +1,119 @@
+"""Scaled dot product attention on the fused flash-attention kernels.
+
+``F.scaled_dot_product_attention`` (CompositeImplicit) asks the ``_fused_sdp_choice`` DispatchStub of the
+query's device which backend to use; the C++ core registers the stub's PrivateUse1 entry, which calls
+:func:`sdp_choice` here. It answers ``overrideable`` when the flash kernels fit (same float dtype for q,
+k, v, head dim <= 128 shared by q, k and v, equal batch and head counts, no dropout, no gradient wanted
+for the mask, lengths the kernels hold in SBUF) and aten then calls
+``_scaled_dot_product_fused_attention_overrideable`` (flash_attention_fwd: output and logsumexp) and, in
+backward, ``..._overrideable_backward`` (flash_attention_bwd: dq, dk, dv). Otherwise it answers ``math``:
+aten's own decomposition (bmm, softmax, ...) on the other native ops.
+
+Masks: aten turns a boolean mask into an additive float one before calling the op; the kernel takes
+[Sq, Skv] or [BH, Sq, Skv], so a mask broadcast over batch and heads is passed as its [Sq, Skv] plane and
+other broadcasts are materialized. ``is_causal`` is top-left aligned in both torch and the kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from neuron_kernels.library import attention as kattn
+
+from .checks import same_device
+from .common import contig
+from .launch import run
+from .linalg import FLOATS
+from .registry import impl
+
+aten = torch.ops.aten
+MATH, OVERRIDEABLE = 0, 4  # at::SDPBackend
+MAX_HEAD_DIM = 128  # one contraction tile (attention kernel docstring)
+MAX_SEQ = 16384  # well inside the kernels' SBUF limits (~24K keys fp32 forward, ~40K queries backward)
+
+
+def _fits(q, k, v, mask, dropout_p, enable_gqa) -> bool:
+    if any(t.is_nested for t in (q, k, v)) or dropout_p > 0.0:
+        return False
+    if q.dim() not in (3, 4) or not (q.dim() == k.dim() == v.dim()):
+        return False
+    if q.dtype not in FLOATS or k.dtype != q.dtype or v.dtype != q.dtype:
+        return False
+    d = q.shape[-1]
+    if not (0 < d <= MAX_HEAD_DIM and k.shape[-1] == d and v.shape[-1] == d):
+        return False
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
+        return False  # broadcast batches, grouped-query heads: math
+    sq, skv = q.shape[-2], k.shape[-2]
+    if not (0 < sq <= MAX_SEQ and 0 < skv <= MAX_SEQ and q.numel()):
+        return False
+    if mask is not None:
+        if mask.requires_grad or (mask.dtype != torch.bool and not mask.is_floating_point()):
+            return False
+        try:
+            torch.broadcast_shapes(mask.shape, (*q.shape[:-1], skv))
+        except RuntimeError:
+            return False
+    return True
+
+
+def sdp_choice(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> int:
+    """The backend scaled_dot_product_attention uses for neuron tensors (called by the C++ stub)."""
+    return OVERRIDEABLE if _fits(q, k, v, mask, dropout_p, enable_gqa) else MATH
+
+
+@impl("_fused_sdp_choice")
+def fused_sdp_choice(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+    return sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _heads(t: torch.Tensor) -> torch.Tensor:
+    """[B, H, S, D] or [H, S, D] -> contiguous [B*H, S, D]."""
+    return contig(t).reshape(-1, *t.shape[-2:])
+
+
+def _kernel_mask(mask, q, skv):
+    """The additive mask as the kernel takes it: [Sq, Skv] when shared by every batch-head, else [BH, Sq, Skv]."""
+    if mask is None:
+        return None
+    sq = q.shape[-2]
+    if mask.dtype != q.dtype:  # aten passes masks in q's dtype; keep the kernel's operands uniform
+        mask = mask.to(q.dtype)
+    full = mask.expand(*q.shape[:-1], skv)
+    if all(s == 0 or n == 1 for s, n in zip(full.stride()[:-2], full.shape[:-2])):
+        return contig(full[(0,) * (full.dim() - 2)])  # one plane shared by every batch-head
+    return contig(full).reshape(-1, sq, skv)
+
+
+def _empty(device, dtype=torch.int64):
+    return torch.empty(0, dtype=dtype, device=device)
+
+
+@impl("_scaled_dot_product_fused_attention_overrideable")
+def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    same_device(q, k, v, attn_bias)
+    if not _fits(q, k, v, attn_bias, dropout_p, False) or return_debug_mask:
+        raise NotImplementedError("the neuron flash-attention kernels do not take these arguments (dropout, "
+                                  "head dim > 128, grouped-query heads, debug masks); "
+                                  "F.scaled_dot_product_attention routes such calls to the math backend")
+    sq, skv = q.shape[-2], k.shape[-2]
+    out, lse = run("scaled_dot_product_attention", kattn.flash_attention_fwd, _heads(q), _heads(k), _heads(v),
+                   scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv))
+    out = out.view(q.shape)
+    lse = lse.view(*q.shape[:-1]) if q.dim() == 4 else lse.view(1, *q.shape[:-1])
+    seed = torch.empty((), dtype=torch.int64, device=q.device)
+    return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
+
+
+@impl("_scaled_dot_product_fused_attention_overrideable_backward")
+def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+                  max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    same_device(grad_out, q, k, v, out)
+    if grad_input_mask[3] or dropout_p > 0.0:
+        raise NotImplementedError("the neuron flash-attention backward gives no mask gradient and no dropout; "
+                                  "F.scaled_dot_product_attention routes such calls to the math backend")
+    skv = k.shape[-2]
+    dq, dk, dv = run("scaled_dot_product_attention_backward", kattn.flash_attention_bwd, _heads(grad_out),
+                     _heads(q), _heads(k), _heads(v), _heads(out), contig(logsumexp).reshape(-1, q.shape[-2]),
+                     scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv))
+    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None

@@ -1,0 +1,307 @@
+"""Matrix products on TensorE: mm, bmm, addmm, baddbmm, addbmm, addmv, mv, dot, vdot (functional, out=,
+in-place).
+
+``matmul`` and ``linear`` are CompositeImplicit in aten and reach these (nn.Linear: ``addmm`` forward for
+flattened inputs with a bias, ``mm``/``matmul`` without; ``mm`` for both weight and input gradients, the
+operands being ``t()`` views). A non-contiguous operand that is the transpose of a contiguous matrix (a
+``t()`` / ``transpose(-2, -1)`` view) is handed to the kernel as that matrix with its transpose flag, so
+nothing is copied; other strided operands are made contiguous first.
+
+dtypes: float32, bfloat16, float16 (products accumulate in FP32 in PSUM and round once to the input
+dtype, as torch does). Everything else (float64, integers: TensorE multiplies in FP32, inexact for large
+integers; complex) runs on the CPU through ``run_on_cpu``, loudly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from neuron_kernels.library import elementwise as ew
+from neuron_kernels.library import matmul, movement
+
+from .checks import meta_result, out_dtype_error, same_device, zeros
+from .common import run_on_cpu, write_out
+from .launch import run
+from .registry import impl
+
+aten = torch.ops.aten
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+# -- operands --------------------------------------------------------------------------------------
+def _last2(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(tensor, transposed): t itself when contiguous, the contiguous matrix t is the transpose of (the
+    kernel's transpose flag), else a contiguous copy. Works on 2-D and batched 3-D operands."""
+    if t.is_contiguous():
+        return t, False
+    tt = t.transpose(-2, -1)
+    if tt.is_contiguous():
+        return tt, True
+    return t.contiguous(), False
+
+
+def _bias2d(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """The smallest contiguous view of a bias broadcastable to [m, n] the kernel takes: [], [n], [m, 1] or
+    [m, n] (an expanded bias is read through its distinct elements, not materialized)."""
+    e = bias.expand(m, n)
+    s0, s1 = e.stride()
+    row0 = s0 == 0 or m == 1
+    col0 = s1 == 0 or n == 1
+    if row0 and col0:
+        return e[0, 0]
+    if row0 and (s1 == 1):
+        return e[0]
+    if col0 and (s0 == 1):
+        return e[:, :1]
+    return e.contiguous()
+
+
+def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True) -> torch.Tensor:
+    """beta * bias + alpha * (a @ b) for 2-D a [m, k], b [k, n] of one float dtype (bias optional).
+    ``blas_alpha``: alpha == 0 ignores a and b as BLAS (and torch's GEMMs) do, NaN and inf included."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return torch.empty((m, n), dtype=a.dtype, device=a.device)
+    if k == 0 or (alpha == 0 and blas_alpha):  # no products: beta * bias (torch ignores bias when beta == 0)
+        prod = zeros(op, (m, n), a.dtype, a.device)
+        if bias is None or beta == 0:
+            return prod
+        return run(op, ew.add, prod, _bias2d(bias, m, n).contiguous(), alpha=beta)[0]
+    (x, ta), (y, tb) = _last2(a), _last2(b)
+    if bias is None:
+        return run(op, matmul.matmul, x, y, transpose_a=ta, transpose_b=tb)[0]
+    return run(op, matmul.addmm, _bias2d(bias, m, n), x, y, alpha=float(alpha), beta=float(beta),
+               transpose_a=ta, transpose_b=tb)[0]
+
+
+def _bgemm(op: str, a, b, fp32: bool = False) -> torch.Tensor:
+    """a [B, m, k] @ b [B, k, n]; ``fp32``: in float32 (16-bit operands widened exactly) for an epilogue that
+    must round once at the end."""
+    bs, m, k = a.shape
+    n = b.shape[2]
+    dtype = torch.float32 if fp32 else a.dtype
+    if bs * m * n == 0:
+        return torch.empty((bs, m, n), dtype=dtype, device=a.device)
+    if k == 0:
+        return zeros(op, (bs, m, n), dtype, a.device)
+    (x, ta), (y, tb) = _last2(a), _last2(b)
+    if fp32 and x.dtype != torch.float32:
+        x, y = (run(op, movement.copy, t, dtype=torch.float32)[0] for t in (x, y))
+    return run(op, matmul.bmm, x, y, transpose_a=ta, transpose_b=tb)[0]
+
+
+def _native(*tensors) -> bool:
+    same_device(*tensors)
+    return all(t is None or t.dtype in FLOATS for t in tensors)
+
+
+def _strict_out(overload, out: torch.Tensor, result: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """out= of the structured matmul ops: the dtype must be the result's (torch's error otherwise)."""
+    if out.dtype != result.dtype:
+        out_dtype_error(overload, out, result, *args, **kwargs)
+    return write_out(out, result)
+
+
+# -- mm / bmm ----------------------------------------------------------------------------------------
+@impl("mm")
+def mm(a, b):
+    meta_result(aten.mm.default, a, b)
+    if not _native(a, b):
+        return run_on_cpu(aten.mm.default, a, b)
+    return _gemm("mm", a, b)
+
+
+@impl("mm.out")
+def mm_out(a, b, *, out):
+    return _strict_out(aten.mm.out, out, mm(a, b), a, b)
+
+
+@impl("bmm")
+def bmm(a, b):
+    meta_result(aten.bmm.default, a, b)
+    if not _native(a, b):
+        return run_on_cpu(aten.bmm.default, a, b)
+    return _bgemm("bmm", a, b)
+
+
+@impl("bmm.out")
+def bmm_out(a, b, *, out):
+    return _strict_out(aten.bmm.out, out, bmm(a, b), a, b)
+
+
+# -- addmm / baddbmm / addbmm ----------------------------------------------------------------------
+@impl("addmm")
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    meta_result(aten.addmm.default, bias, a, b, beta=beta, alpha=alpha)
+    if not _native(bias, a, b):
+        return run_on_cpu(aten.addmm.default, bias, a, b, beta=beta, alpha=alpha)
+    return _gemm("addmm", a, b, bias, alpha, beta)
+
+
+@impl("addmm.out")
+def addmm_out(bias, a, b, *, beta=1, alpha=1, out):
+    kw = dict(beta=beta, alpha=alpha)
+    return _strict_out(aten.addmm.out, out, addmm(bias, a, b, **kw), bias, a, b, **kw)
+
+
+@impl("addmm_")
+def addmm_(self, a, b, *, beta=1, alpha=1):
+    meta_result(aten.addmm_.default, self, a, b, beta=beta, alpha=alpha)
+    return self.copy_(addmm(self, a, b, beta=beta, alpha=alpha))
+
+
+def _scaled_sum(op: str, prod: torch.Tensor, bias, alpha, beta) -> torch.Tensor:
+    """beta * bias + alpha * prod on the engines (bias ignored when beta == 0, as torch)."""
+    if alpha != 1:
+        prod = run(op, ew.mul, prod, alpha)[0]
+    if beta == 0:
+        return prod
+    bias = bias.expand(prod.shape)
+    bias = bias if bias.is_contiguous() else bias.contiguous()
+    return run(op, ew.add, prod, bias, alpha=beta)[0]
+
+
+@impl("baddbmm")
+def baddbmm(bias, a, b, *, beta=1, alpha=1):
+    meta_result(aten.baddbmm.default, bias, a, b, beta=beta, alpha=alpha)
+    if not _native(bias, a, b):
+        return run_on_cpu(aten.baddbmm.default, bias, a, b, beta=beta, alpha=alpha)
+    if alpha == 1 and beta == 0:
+        return _bgemm("baddbmm", a, b)
+    # torch rounds beta * bias + alpha * (a @ b) once: 16-bit operands go through float32
+    prod = _bgemm("baddbmm", a, b, fp32=True)
+    if prod.numel() == 0:
+        return prod.to(a.dtype)
+    out = _scaled_sum("baddbmm", prod, bias, alpha, beta)
+    return out if a.dtype == torch.float32 else run("baddbmm", movement.copy, out, dtype=a.dtype)[0]
+
+
+@impl("baddbmm.out")
+def baddbmm_out(bias, a, b, *, beta=1, alpha=1, out):
+    kw = dict(beta=beta, alpha=alpha)
+    return _strict_out(aten.baddbmm.out, out, baddbmm(bias, a, b, **kw), bias, a, b, **kw)
+
+
+@impl("baddbmm_")
+def baddbmm_(self, a, b, *, beta=1, alpha=1):
+    meta_result(aten.baddbmm_.default, self, a, b, beta=beta, alpha=alpha)
+    return self.copy_(baddbmm(self, a, b, beta=beta, alpha=alpha))
+
+
+def _flatten_batches(a, b):
+    """a [B, m, k], b [B, k, n] -> [m, B*k] and [B*k, n]: sum_i a[i] @ b[i] as one GEMM."""
+    bs, m, k = a.shape
+    return a.permute(1, 0, 2).reshape(m, bs * k), b.reshape(bs * k, b.shape[2])
+
+
+@impl("addbmm")
+def addbmm(bias, a, b, *, beta=1, alpha=1):
+    meta_result(aten.addbmm.default, bias, a, b, beta=beta, alpha=alpha)
+    if not _native(bias, a, b):
+        return run_on_cpu(aten.addbmm.default, bias, a, b, beta=beta, alpha=alpha)
+    if a.dtype == torch.float32 or a.shape[0] <= 1:
+        x, y = _flatten_batches(a, b)
+        return _gemm("addbmm", x, y, bias, alpha, beta)
+    # torch accumulates batch by batch, rounding each addmm to the dtype: 16-bit results follow it
+    out = _gemm("addbmm", a[0], b[0], bias, alpha, beta)
+    for i in range(1, a.shape[0]):
+        out = _gemm("addbmm", a[i], b[i], out, alpha, 1)
+    return out
+
+
+@impl("addbmm.out")
+def addbmm_out(bias, a, b, *, beta=1, alpha=1, out):
+    kw = dict(beta=beta, alpha=alpha)
+    return _strict_out(aten.addbmm.out, out, addbmm(bias, a, b, **kw), bias, a, b, **kw)
+
+
+@impl("addbmm_")
+def addbmm_(self, a, b, *, beta=1, alpha=1):
+    meta_result(aten.addbmm_.default, self, a, b, beta=beta, alpha=alpha)
+    return self.copy_(addbmm(self, a, b, beta=beta, alpha=alpha))
+
+
+# -- matrix-vector and vector-vector ---------------------------------------------------------------
+@impl("addmv")
+def addmv(bias, mat, vec, *, beta=1, alpha=1):
+    meta_result(aten.addmv.default, bias, mat, vec, beta=beta, alpha=alpha)
+    if not _native(bias, mat, vec):
+        return run_on_cpu(aten.addmv.default, bias, mat, vec, beta=beta, alpha=alpha)
+    m = mat.shape[0]
+    col = bias.expand(m).unsqueeze(1)  # [m, 1]: the bias of a one-column GEMM
+    return _gemm("addmv", mat, vec.unsqueeze(1), col, alpha, beta).squeeze(1)
+
+
+@impl("addmv.out")
+def addmv_out(bias, mat, vec, *, beta=1, alpha=1, out):
+    kw = dict(beta=beta, alpha=alpha)
+    return _strict_out(aten.addmv.out, out, addmv(bias, mat, vec, **kw), bias, mat, vec, **kw)
+
+
+@impl("addmv_")
+def addmv_(self, mat, vec, *, beta=1, alpha=1):
+    meta_result(aten.addmv_.default, self, mat, vec, beta=beta, alpha=alpha)
+    return self.copy_(addmv(self, mat, vec, beta=beta, alpha=alpha))
+
+
+@impl("mv")
+def mv(mat, vec):
+    meta_result(aten.mv.default, mat, vec)
+    if not _native(mat, vec):
+        return run_on_cpu(aten.mv.default, mat, vec)
+    return _gemm("mv", mat, vec.unsqueeze(1)).squeeze(1)
+
+
+@impl("mv.out")
+def mv_out(mat, vec, *, out):
+    return _strict_out(aten.mv.out, out, mv(mat, vec), mat, vec)
+
+
+def _dot(op: str, overload, a, b):
+    meta_result(overload, a, b)
+    if not _native(a, b):
+        return run_on_cpu(overload, a, b)
+    return _gemm(op, a.unsqueeze(0), b.unsqueeze(1)).reshape(())
+
+
+@impl("dot")
+def dot(a, b):
+    return _dot("dot", aten.dot.default, a, b)
+
+
+@impl("vdot")
+def vdot(a, b):  # conj(a) . b: real dtypes only reach the kernel (complex takes the CPU)
+    return _dot("vdot", aten.vdot.default, a, b)
+
+
+@impl("dot.out")
+def dot_out(a, b, *, out):
+    return _strict_out(aten.dot.out, out, dot(a, b), a, b)
+
+
+@impl("vdot.out")
+def vdot_out(a, b, *, out):
+    return _strict_out(aten.vdot.out, out, vdot(a, b), a, b)
+
+
+# -- outer-product update ----------------------------------------------------------------------------
+@impl("addr")
+def addr(bias, vec1, vec2, *, beta=1, alpha=1):
+    """beta * bias + alpha * outer(vec1, vec2) as a K=1 GEMM: one rounding, like torch's fused kernel."""
+    meta = meta_result(aten.addr.default, bias, vec1, vec2, beta=beta, alpha=alpha)
+    if not _native(bias, vec1, vec2) or not bias.dtype == vec1.dtype == vec2.dtype == meta.dtype:
+        return run_on_cpu(aten.addr.default, bias, vec1, vec2, beta=beta, alpha=alpha)
+    # unlike the GEMMs, addr multiplies even when alpha == 0 (0 * inf is NaN)
+    return _gemm("addr", vec1.unsqueeze(1), vec2.unsqueeze(0), bias, alpha, beta, blas_alpha=False)
+
+
+@impl("addr.out")
+def addr_out(bias, vec1, vec2, *, beta=1, alpha=1, out):
+    return write_out(out, addr(bias, vec1, vec2, beta=beta, alpha=alpha))
+
+
+@impl("addr_")
+def addr_(self, vec1, vec2, *, beta=1, alpha=1):
+    meta_result(aten.addr_.default, self, vec1, vec2, beta=beta, alpha=alpha)
+    return self.copy_(addr(self, vec1, vec2, beta=beta, alpha=alpha))

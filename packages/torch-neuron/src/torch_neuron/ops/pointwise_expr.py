@@ -1,0 +1,217 @@
+"""One program for a pointwise formula: the composite activations, their backward helpers, lerp, addcmul, ...
+
+The library's elementwise kernels are one op each; torch's composite pointwise ops (hardswish, gelu's
+backward, addcdiv, ...) are formulas of several. Running such a formula as a chain of library kernels
+would round every intermediate to the tensor dtype (torch computes bfloat16/float16 formulas in float32
+and rounds once) and pay a launch and an HBM round trip per step. So a formula is written once with
+``Expr`` (Python operators and functions over inputs and constants), and ``formula`` traces it through
+the library's elementwise tiler (broadcasting, tiling, loop order: ``elementwise.run_elementwise``): each
+tile loads the inputs, evaluates every node once into an FP32 tile (VectorE ALU ops, ScalarE
+activations, selects) and rounds the root once into the result dtype.
+
+Expressions are plain nested tuples (compile-time constants of the kernel, so one trace per formula,
+shapes and dtypes): ``("x", i)`` input ``i``; a Python number; ``("alu", op, a, b)`` a VectorE ALU op
+(``neuron_hal.Alu``); ``("act", func, a, scale)`` a ScalarE activation of ``a * scale``
+(``neuron_hal.Act``); ``("select", p, a, b)`` a where ``p`` is nonzero; ``("round", dtype, a)`` ``a``
+rounded to ``dtype`` and read back (torch's intermediate roundings). Inputs are float tensors or
+masks (bool/uint8); integer formulas are not expressible here (FP32 is inexact above 2**24).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from neuron_hal import Act, Alu, DType
+from neuron_kernels import isa as nisa
+from neuron_kernels.errors import KernelError
+from neuron_kernels.jit import kernel
+from neuron_kernels.library import elementwise as ew
+
+F32 = DType.float32
+_DTYPES = {torch.float32: DType.float32, torch.bfloat16: DType.bfloat16, torch.float16: DType.float16}
+_MAX_INPUTS = 4
+
+
+class Expr:
+    """A formula node with Python operators: ``+ - * /`` (both ways), comparisons through methods."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node):
+        self.node = node
+
+    def _bin(self, op, other, swap=False):
+        a, b = self.node, node_of(other)
+        return Expr(("alu", op, b, a) if swap else ("alu", op, a, b))
+
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("subtract", o)
+
+    def __rsub__(self, o):
+        return self._bin("subtract", o, True)
+
+    def __mul__(self, o):
+        return self._bin("multiply", o)
+
+    def __rmul__(self, o):
+        return self._bin("multiply", o, True)
+
+    def __truediv__(self, o):
+        return self._bin("divide", o)
+
+    def __rtruediv__(self, o):
+        return self._bin("divide", o, True)
+
+    def __neg__(self):
+        return self._bin("multiply", -1.0)
+
+    def lt(self, o):
+        return self._bin("less", o)
+
+    def le(self, o):
+        return self._bin("less_equal", o)
+
+    def gt(self, o):
+        return self._bin("greater", o)
+
+    def ge(self, o):
+        return self._bin("greater_equal", o)
+
+    def eq(self, o):
+        return self._bin("equal", o)
+
+    def ne(self, o):
+        return self._bin("not_equal", o)
+
+    def isnan(self):
+        return self.ne(self)
+
+
+def node_of(v):
+    if isinstance(v, Expr):
+        return v.node
+    if isinstance(v, bool | int | float):
+        return float(v)
+    raise TypeError(f"not an expression operand: {v!r}")
+
+
+def inputs(n: int) -> list[Expr]:
+    return [Expr(("x", i)) for i in range(n)]
+
+
+def act(func: str, x: Expr, scale: float = 1.0) -> Expr:
+    """ScalarE activation ``func(x * scale)``."""
+    return Expr(("act", func, x.node, float(scale)))
+
+
+def where(p: Expr, a, b) -> Expr:
+    return Expr(("select", node_of(p), node_of(a), node_of(b)))
+
+
+def rounded(a: Expr, dtype) -> Expr:
+    """``a`` rounded to ``dtype`` (a torch or device dtype) and read back: torch's intermediate roundings."""
+    return Expr(("round", str(DType.of(_DTYPES.get(dtype, dtype))), a.node))
+
+
+def maximum(a: Expr, b) -> Expr:
+    return a._bin("max", b)
+
+
+def minimum(a: Expr, b) -> Expr:
+    return a._bin("min", b)
+
+
+def fmod(a: Expr, b) -> Expr:
+    return a._bin("mod", b)
+
+
+def abs_(a: Expr) -> Expr:
+    return a._bin("abs_max", 0.0)
+
+
+# -- the kernel --------------------------------------------------------------------------------------------
+class _Eval:
+    """Evaluates one tile's nodes, each once (a formula reuses subexpressions: x in gelu's backward)."""
+
+    def __init__(self, ctx, ins):
+        self.ctx, self.ins, self.memo = ctx, ins, {}
+
+    def __call__(self, node, dst=None) -> ew.Loaded:
+        if isinstance(node, float):
+            if dst is None:
+                return ew.Loaded(F32, imm=node)
+            nisa.memset(dst, node)
+            return ew.val(dst)
+        if node[0] == "x" and dst is None:
+            return self.ins[node[1]]
+        hit = self.memo.get(node) if dst is None else None
+        if hit is None:
+            hit = self.memo[node] = ew.val(self._emit(node, dst or self.ctx.tile(F32)))
+        return hit
+
+    def _tile_of(self, node) -> ew.Loaded:
+        """An operand that must be a tile (activation input, select's true side)."""
+        v = self(node)
+        if v.full is None:
+            t = self.ctx.tile(F32)
+            nisa.memset(t, v.imm)
+            return ew.val(t)
+        return v
+
+    def _emit(self, node, dst):
+        kind = node[0]
+        if kind == "x":
+            nisa.tensor_copy(dst, self.ins[node[1]].full)
+        elif kind == "alu":
+            a, b = self(node[2]), self(node[3])
+            if a.full is None and b.full is None:
+                raise KernelError(f"formula node {node!r} has no tensor operand (fold constants first)")
+            ew.emit(dst, a, b, Alu(node[1]))
+        elif kind == "act":
+            nisa.activation(dst, Act(node[1]), self._tile_of(node[2]).full, scale=node[3])
+        elif kind == "round":
+            r = self.ctx.tile(DType.of(node[1]))
+            nisa.tensor_copy(r, self._tile_of(node[2]).full)
+            nisa.tensor_copy(dst, r)
+        elif kind == "select":
+            p, a, b = self._tile_of(node[1]), self._tile_of(node[2]), self(node[3])
+            nisa.select(dst, p.full, a.full, b.full if b.full is not None else b.imm)
+        else:
+            raise KernelError(f"unknown formula node {node!r}")
+        return dst
+
+
+def _count(node, seen) -> int:
+    if isinstance(node, float) or node[0] == "x" or node in seen:
+        return 0
+    seen.add(node)
+    return 1 + sum(_count(c, seen) for c in node[1:] if isinstance(c, tuple))
+
+
+@kernel(name="pointwise_formula", tunables={"tile_bytes": ew.TILE_BYTES})
+def formula(x0, x1=None, x2=None, x3=None, expr=None, out_dtype=None, tile_bytes=ew.TILE_BYTES[0]):
+    """``expr`` (nested tuples, module docstring) over the broadcast inputs x0..x3, rounded once to
+    ``out_dtype``."""
+    ops = [ew.operand(x, "formula", f"x{i}") for i, x in enumerate((x0, x1, x2, x3)) if x is not None]
+    shape = ew.broadcast_shapes(*[o.shape for o in ops], op="formula")
+
+    def body(ctx, ins):
+        out = ctx.tile(out_dtype)
+        _Eval(ctx, ins)(expr, dst=out)
+        return [out]
+
+    temps = _count(expr, set())
+    return ew.run_elementwise("formula", shape, ops, [out_dtype], body, tile_bytes, temps=temps)[0]
+
+
+def call(e: Expr, tensors, out_dtype):
+    """The ``(kernel, operands, constants)`` of a pointwise_base adapter for formula ``e`` over ``tensors``."""
+    if len(tensors) > _MAX_INPUTS:
+        raise ValueError(f"a formula takes at most {_MAX_INPUTS} tensors, got {len(tensors)}")
+    return formula, tuple(tensors), {"expr": e.node, "out_dtype": out_dtype}

@@ -1,0 +1,165 @@
+"""Filling: fill_ / zero_ (so full, zeros, ones and their _like forms, which aten builds from empty + fill_),
+masked_fill, and arange.
+
+``fill_`` writes a bit pattern, it computes nothing: the value is converted to the tensor's dtype on the host
+exactly as torch converts it, and its bytes are replicated over the tensor viewed as integers (an 8-byte
+element is a pair of int32 words), so every dtype fills natively, int64, float64 and complex included.
+``arange`` is one iota per tile: exact where torch's result is (integral start and step, values within
+int32, and below 2**24 in magnitude for float results; anything else runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from neuron_hal import DType, Engine
+from neuron_kernels import isa as nisa
+from neuron_kernels import language as nl
+from neuron_kernels.jit import kernel
+from neuron_kernels.library import elementwise as ew
+
+from .common import run_on_cpu
+from .copy import extent
+from .launch import run
+from .pointwise_base import COMPUTE, pointwise
+from .registry import impl
+
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+_TILE_BYTES = (16384, 32768, 8192)
+
+
+def _rows(dst, n: int, per: int, store) -> None:
+    """Cover ``n`` flat elements with tiles of [P, per]: ``store(hbm_view, partitions, columns, first_element)``."""
+    P = nl.tile_size.pmax
+    done = 0
+    while done < n:
+        left = n - done
+        parts, cols = (min(P, left // per), per) if left >= per else (1, left)
+        store(type(dst)(dst.owner, dst.dtype, dst.offset + done, ((parts, cols), (cols, 1))), parts, cols, done)
+        done += parts * cols
+
+
+@kernel(name="fill_", tunables={"tile_bytes": _TILE_BYTES})
+def fill_pattern(dst, pattern, tile_bytes=_TILE_BYTES[0]):
+    """Write the integer words ``pattern`` repeatedly over the flat integer tensor ``dst`` (in place)."""
+    k, n = len(pattern), math.prod(dst.shape)
+    per = max(1, min(tile_bytes // (k * dst.dtype.itemsize), nl.cdiv(n // k, nl.tile_size.pmax))) * k
+    t = nl.ndarray((nl.tile_size.pmax, per // k, k), dst.dtype, name="fill")
+    for j, v in enumerate(pattern):
+        nisa.memset(t[:, :, j:j + 1], v, engine=Engine.GPSIMD)
+    flat = t.reshape(nl.tile_size.pmax, per)
+    _rows(dst, n, per, lambda view, parts, cols, first: nisa.dma_copy(view, flat[:parts, :cols]))
+
+
+@kernel(name="arange", tunables={"tile_bytes": _TILE_BYTES})
+def arange_into(dst, start, step, tile_bytes=_TILE_BYTES[0]):
+    """dst[i] = start + i * step (integers; the iota computes exactly, the tile's dtype rounds, the store
+    casts), in place."""
+    n = math.prod(dst.shape)
+    tdt = DType.int32 if dst.dtype.kind in "iu" else DType.float32
+    per = max(1, min(tile_bytes // 4, nl.cdiv(n, nl.tile_size.pmax)))
+
+    def store(view, parts, cols, first):
+        t = nl.ndarray((parts, cols), tdt, name="iota")
+        nisa.iota(t, (step,), offset=start + first * step, channel_multiplier=cols * step)
+        nisa.dma_copy(view, t)
+
+    _rows(dst, n, per, store)
+
+
+# -- fill_ ---------------------------------------------------------------------------------------------------
+def _words(value, dtype: torch.dtype) -> tuple[torch.dtype, tuple[int, ...]]:
+    """The integer view dtype and the words of ``value`` converted to ``dtype`` as torch converts it."""
+    host = torch.tensor(value, dtype=dtype).reshape(1)
+    size = host.element_size()
+    word = _WORDS.get(size, torch.int32)
+    return word, tuple(int(w) for w in host.view(word).tolist())
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Its elements are exactly the storage span it covers (contiguous up to a permutation of dims)."""
+    return extent(t) == t.numel() and torch._debug_has_internal_overlap(t) == 0
+
+
+def _fill_flat(t: torch.Tensor, word: torch.dtype, pattern) -> None:
+    span = torch.as_strided(t, (t.numel(),), (1,), t.storage_offset())
+    run("fill_", fill_pattern, span.view(word), pattern)
+
+
+def fill_value(self: torch.Tensor, value) -> torch.Tensor:
+    if self.numel() == 0:
+        return self
+    word, pattern = _words(value, self.dtype)
+    if _dense(self):
+        _fill_flat(self, word, pattern)
+        return self
+    if any(st == 0 and n > 1 for n, st in zip(self.shape, self.stride())):  # an expanded view: its elements
+        distinct = torch.as_strided(self, [1 if st == 0 else n for n, st in zip(self.shape, self.stride())],
+                                    self.stride(), self.storage_offset())
+        fill_value(distinct, value)
+        return self
+    tmp = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+    _fill_flat(tmp, word, pattern)
+    self.copy_(tmp)
+    return self
+
+
+@impl("fill_.Scalar")
+def fill_scalar(self, value):
+    return fill_value(self, value)
+
+
+@impl("fill_.Tensor")
+def fill_tensor(self, value):
+    if value.dim() != 0:
+        return run_on_cpu(torch.ops.aten.fill_.Tensor, self, value)  # torch's error
+    return fill_value(self, value.item())
+
+
+@impl("zero_")
+def zero_(self):
+    return fill_value(self, 0)
+
+
+# -- masked_fill ------------------------------------------------------------------------------------------------
+def _masked_fill(plan, self, mask, value):
+    if isinstance(value, torch.Tensor):  # a 0-d tensor: converted to self's dtype as torch converts it
+        value = value.to(device=self.device, dtype=self.dtype)
+    else:
+        value = torch.tensor(value, dtype=self.dtype).item()  # rounded once to the dtype (and range-checked)
+    return ew.where, (mask, value, self), {}
+
+
+pointwise("masked_fill", ["masked_fill.Scalar", "masked_fill.Tensor"], ["masked_fill_.Scalar", "masked_fill_.Tensor"],
+          [], promoted=(0,), supports=lambda plan, *a: plan.R in COMPUTE)(_masked_fill)
+
+
+# -- arange ------------------------------------------------------------------------------------------------------
+_ARANGE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64})
+
+
+def _exact_arange(start, step, n: int, dtype: torch.dtype) -> bool:
+    if dtype not in _ARANGE_DTYPES or not all(float(v).is_integer() for v in (start, step)):
+        return False
+    limit = 2 ** 24 if dtype.is_floating_point else 2 ** 31
+    last = start + (n - 1) * step
+    return max(abs(start), abs(last)) < limit
+
+
+@impl("arange.start_out")
+def arange_start_out(start, end, step=1, *, out):
+    meta = torch.empty(out.shape, dtype=out.dtype, device="meta")
+    torch.ops.aten.arange.start_out(start, end, step, out=meta)  # torch's checks and length
+    n = meta.numel()
+    if not _exact_arange(start, step, n, out.dtype):
+        return run_on_cpu(torch.ops.aten.arange.start_out, start, end, step, out=out)
+    if out.shape != meta.shape:
+        out.resize_(meta.shape)
+    if n:
+        target = out if out.is_contiguous() else torch.empty(meta.shape, dtype=out.dtype, device=out.device)
+        run("arange", arange_into, target, int(start), int(step))
+        if target is not out:
+            out.copy_(target)
+    return out

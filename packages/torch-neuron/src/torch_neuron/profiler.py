@@ -1,0 +1,169 @@
+"""A device-time profiler: which aten op ran which program when, on the device timeline, as one Perfetto trace.
+
+    with torch.neuron.profiler.profile() as prof:
+        with torch.neuron.profiler.record_function("step"):
+            loss = model(x).sum(); loss.backward(); opt.step()
+    prof.export_chrome_trace("trace.json")   # open in https://ui.perfetto.dev
+    print(prof.table())
+
+While a profile is active, every program the ops launch is executed with the driver's tracing on and
+labelled with its aten op. The trace holds, per device, a track of aten ops (one slice per program
+launch, named by op), a track of ``record_function`` ranges, CPU fallbacks as instant markers, and (with
+``instructions=True``) the driver's own per-instruction engine/DMA tracks of each program. Timestamps
+are device time (simulated on the sim driver), so the slices of one device never overlap within a queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .fallback import observers as fallback_observers
+from .metrics import observers as native_observers
+from .runtime import runtime
+
+OPS_TID, RANGES_TID = 1000, 1001  # above the driver's engine/queue track ids
+
+
+@dataclass
+class OpEvent:
+    op: str
+    program: str
+    device: int
+    queue: int
+    start_ns: float
+    end_ns: float
+    trace: dict | None = field(default=None, repr=False)
+
+
+class profile(contextlib.ContextDecorator):
+    """Record the device programs run inside the ``with`` block (see the module docstring)."""
+
+    _active: profile | None = None
+
+    def __init__(self, instructions: bool = True):
+        self.instructions = instructions
+        self.events: list[OpEvent] = []
+        self.ranges: list[tuple[str, int, float, float]] = []  # (name, device, start, end)
+        self.fallbacks: list[tuple[str, int, float]] = []  # (op, device, device time when it ran)
+        self._pending: list = []
+
+    def __enter__(self):
+        if profile._active is not None:
+            raise RuntimeError("a torch.neuron.profiler.profile is already active")
+        self._driver = driver = runtime().driver
+        untraced = driver.execute
+
+        def execute(device, loaded, args, queue=0, trace=False):  # shadows the method on this instance only
+            report = untraced(device, loaded, args, queue=queue, trace=self.instructions or trace)
+            self._pending.append(report)
+            return report
+
+        driver.execute = execute
+        native_observers.append(self._on_native)
+        fallback_observers.append(self._on_fallback)
+        profile._active = self
+        return self
+
+    def __exit__(self, *exc):
+        del self._driver.execute  # the class's method again
+        native_observers.remove(self._on_native)
+        fallback_observers.remove(self._on_fallback)
+        profile._active = None
+        return False
+
+    def _on_native(self, op: str, ns: float) -> None:
+        pending, self._pending = self._pending, []
+        for r in pending:
+            self.events.append(OpEvent(op, r.program, r.device, r.queue, r.start_ns, r.end_ns, r.trace))
+
+    def _on_fallback(self, op: str) -> None:
+        device = _current_device()
+        self.fallbacks.append((op, device, runtime().timeline(device, _stream(device))))
+
+    # -- results ---------------------------------------------------------------------------------
+    def device_ns(self) -> float:
+        return sum(e.end_ns - e.start_ns for e in self.events)
+
+    def key_averages(self) -> list[tuple[str, float, int]]:
+        """(op, device ns, programs) per aten op, most device time first."""
+        total, count = defaultdict(float), defaultdict(int)
+        for e in self.events:
+            total[e.op] += e.end_ns - e.start_ns
+            count[e.op] += 1
+        return sorted(((op, ns, count[op]) for op, ns in total.items()), key=lambda t: -t[1])
+
+    def table(self, row_limit: int = 10) -> str:
+        all_ns = self.device_ns() or 1.0
+        lines = [f"{'aten op':<40} {'device us':>12} {'share':>7} {'programs':>9}"]
+        for op, ns, n in self.key_averages()[:row_limit]:
+            lines.append(f"{op:<40} {ns / 1e3:>12.2f} {ns / all_ns:>7.1%} {n:>9}")
+        return "\n".join(lines)
+
+    def chrome_trace(self) -> dict:
+        events: list[dict] = []
+        seen: set[tuple] = set()
+        for device in sorted({e.device for e in self.events} | {d for _, d, _, _ in self.ranges}):
+            _meta(events, seen, device)
+        for e in self.events:
+            events.append({"ph": "X", "name": e.op, "cat": "op", "pid": e.device, "tid": OPS_TID,
+                           "ts": e.start_ns / 1e3, "dur": (e.end_ns - e.start_ns) / 1e3,
+                           "args": {"program": e.program, "queue": e.queue}})
+            for ev in (e.trace or {}).get("traceEvents", ()):
+                if ev.get("ph") == "M":
+                    key = (ev["pid"], ev["tid"], ev["name"])
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                events.append(ev)
+        for name, device, start, end in self.ranges:
+            events.append({"ph": "X", "name": name, "cat": "range", "pid": device, "tid": RANGES_TID,
+                           "ts": start / 1e3, "dur": (end - start) / 1e3})
+        for op, device, ts in self.fallbacks:
+            events.append({"ph": "i", "s": "t", "name": f"CPU fallback: {op}", "cat": "fallback", "pid": device,
+                           "tid": OPS_TID, "ts": ts / 1e3})
+        return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    def export_chrome_trace(self, path) -> str:
+        """Write the trace as Chrome/Perfetto JSON; returns the path."""
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+        return str(path)
+
+
+@contextlib.contextmanager
+def record_function(name: str, device=None):
+    """A named range on the device timeline (of the current stream) in the active profile, if any."""
+    prof = profile._active
+    if prof is None:
+        yield
+        return
+    index = _current_device() if device is None else device
+    start = runtime().timeline(index, _stream(index))
+    try:
+        yield
+    finally:
+        prof.ranges.append((name, index, start, runtime().timeline(index, _stream(index))))
+
+
+def _meta(events: list, seen: set, pid: int) -> None:
+    """Names of a device's process and of the profiler's tracks (the driver's traces name their own)."""
+    seen.add((pid, 0, "process_name"))
+    events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"NeuronCore {pid}"}})
+    for tid, name in ((OPS_TID, "aten ops"), (RANGES_TID, "ranges")):
+        seen.add((pid, tid, "thread_name"))
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+
+
+def _current_device() -> int:
+    from .device import current_device
+
+    return current_device()
+
+
+def _stream(device: int) -> int:
+    import torch
+
+    return torch.accelerator.current_stream(torch.device("neuron", device)).stream_id

@@ -1,0 +1,87 @@
+"""torch.neuron.profiler: each program an op launches, labelled with its aten op, on the device timeline;
+record_function ranges; CPU fallbacks as markers; one Perfetto (Chrome JSON) trace with the driver's
+per-instruction engine tracks."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from torch_neuron.profiler import OPS_TID, RANGES_TID, profile, record_function
+
+
+def _work():
+    x = torch.randn(32, 32).to("neuron")
+    return x, lambda: (x @ x).sum()
+
+
+def test_ops_are_recorded_with_their_device_time():
+    x, work = _work()
+    work()  # traced and loaded outside the profile
+    before = torch.neuron.metrics()["device_ns_total"]
+    with profile(instructions=False) as prof:
+        work()
+    spent = torch.neuron.metrics()["device_ns_total"] - before
+    ops = [e.op for e in prof.events]
+    assert ops[0] == "mm" and "sum" in ops
+    assert prof.device_ns() == pytest.approx(spent)
+    for a, b in zip(prof.events, prof.events[1:]):  # one queue: back to back, in order
+        assert b.start_ns == pytest.approx(a.end_ns) and a.end_ns > a.start_ns
+    assert [op for op, _, _ in prof.key_averages()] == sorted({*ops}, key=lambda o: -sum(
+        e.end_ns - e.start_ns for e in prof.events if e.op == o))
+    assert "mm" in prof.table()
+
+
+def test_trace_has_op_range_fallback_and_instruction_tracks(tmp_path):
+    _, work = _work()
+    with profile() as prof:
+        with record_function("my range"):
+            work()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.neuron.NeuronFallbackWarning)
+            torch.ones(2, dtype=torch.float64, device="neuron") + 1  # float64 always takes the CPU fallback
+    trace = json.loads(open(prof.export_chrome_trace(tmp_path / "t.json")).read())["traceEvents"]
+    slices = [e for e in trace if e["ph"] == "X"]
+    ops = [e for e in slices if e["tid"] == OPS_TID]
+    ranges = [e for e in slices if e["tid"] == RANGES_TID]
+    instructions = [e for e in slices if e["tid"] not in (OPS_TID, RANGES_TID)]
+    assert [e["name"] for e in ops][:1] == ["mm"] and len(ops) == len(prof.events)
+    assert ranges[0]["name"] == "my range"
+    end = ranges[0]["ts"] + ranges[0]["dur"]
+    inside = [e for e in ops if e["ts"] + e["dur"] <= end + 1e-6]  # the next op may start exactly at `end`
+    assert ranges[0]["ts"] == pytest.approx(ops[0]["ts"]) and ranges[0]["dur"] == pytest.approx(
+        sum(e["dur"] for e in inside))
+    assert instructions and all(ops[0]["ts"] - 1e-3 <= e["ts"] for e in instructions)  # absolute device time
+    assert any(e["ph"] == "i" and e["name"].startswith("CPU fallback: add") for e in trace)
+    names = [(e["pid"], e["tid"], e["name"]) for e in trace if e["ph"] == "M"]
+    assert len(names) == len(set(names))  # each track named once although every program's trace names it
+
+
+def test_profile_leaves_the_driver_as_it_was():
+    driver = torch.neuron.runtime().driver
+    with profile():
+        assert "execute" in vars(driver)
+        with pytest.raises(RuntimeError, match="already active"):
+            profile().__enter__()
+    assert "execute" not in vars(driver)
+    _, work = _work()
+    with record_function("outside a profile"):  # a no-op
+        work()
+
+
+
+def test_ranges_and_events_on_an_idle_stream_start_at_the_devices_present():
+    x, work = _work()
+    work()  # the default queue is busy up to now; a new stream's own queue has no work yet
+    s = torch.neuron.Stream()
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    with s, profile(instructions=False) as prof:
+        with record_function("on s"):
+            start.record()
+            x.t().contiguous()
+            end.record()
+    programs = sum(e.end_ns - e.start_ns for e in prof.events)
+    assert start.elapsed_time(end) == pytest.approx(programs / 1e6)  # the transpose, not the time before it
+    (name, _, a, b), = prof.ranges
+    assert b - a == pytest.approx(programs) and a == pytest.approx(prof.events[0].start_ns)

@@ -1,0 +1,150 @@
+"""scaled_dot_product_attention on the neuron device against PyTorch CPU, forward and backward: the
+``_fused_sdp_choice`` stub routes fitting calls (plain, causal, float and boolean masks, any lengths,
+custom scales, 3-d and 4-d inputs, bf16/fp16) to the flash-attention kernels through
+``_scaled_dot_product_fused_attention_overrideable``; the rest (dropout, head dims > 128, grouped-query
+heads, masks that need a gradient) take aten's math decomposition."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+DEV = "neuron"
+FUSED, MATH = 4, 0  # at::SDPBackend
+FWD, BWD = "scaled_dot_product_attention", "scaled_dot_product_attention_backward"
+TOL = {torch.float32: dict(rtol=2e-4, atol=2e-4), torch.bfloat16: dict(rtol=3e-2, atol=3e-2),
+       torch.float16: dict(rtol=5e-3, atol=5e-3)}
+
+
+def native_calls(op):
+    return torch.neuron.metrics()["native"].get(op, 0)
+
+
+def run_both(q, k, v, grad=True, **kw):
+    """SDPA of float32 CPU references of q, k, v (rounded to their dtype) and of device copies: outputs and,
+    when ``grad``, the gradients of q, k, v for a random output gradient."""
+    cpu = [t.float().clone().requires_grad_(grad) for t in (q, k, v)]
+    dev = [t.to(DEV).requires_grad_(grad) for t in (q, k, v)]
+    mask = kw.pop("attn_mask", None)
+    want = F.scaled_dot_product_attention(*cpu, attn_mask=mask, **kw)
+    got = F.scaled_dot_product_attention(*dev, attn_mask=None if mask is None else mask.to(DEV), **kw)
+    if not grad:
+        return got, want, None, None
+    g = torch.randn_like(want).to(q.dtype)
+    want.backward(g.float())
+    got.backward(g.to(DEV))
+    return got, want, [t.grad for t in dev], [t.grad for t in cpu]
+
+
+def close(got, want, dtype):
+    torch.testing.assert_close(got.cpu().float(), want.float(), **TOL[dtype])
+
+
+CASES = {  # name: (q shape, kv shape, kwargs)
+    "plain": ((2, 3, 17, 16), (2, 3, 17, 16), {}),
+    "cross_lengths": ((2, 2, 9, 32), (2, 2, 140, 32), {}),
+    "causal": ((1, 4, 130, 64), (1, 4, 130, 64), {"is_causal": True}),
+    "causal_short_keys": ((1, 2, 12, 8), (1, 2, 7, 8), {"is_causal": True}),
+    "scale": ((2, 2, 10, 16), (2, 2, 10, 16), {"scale": 0.7}),
+    "negative_scale": ((1, 2, 10, 16), (1, 2, 10, 16), {"scale": -0.2}),
+    "three_d": ((3, 20, 24), (3, 33, 24), {}),
+    "head_dim_128": ((1, 2, 40, 128), (1, 2, 40, 128), {"is_causal": True}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sdpa_routes_to_the_flash_kernels_and_matches_cpu(case):
+    torch.manual_seed(0)
+    qs, kvs, kw = CASES[case]
+    q, k, v = torch.randn(qs), torch.randn(kvs), torch.randn(kvs)
+    assert torch._fused_sdp_choice(q.to(DEV), k.to(DEV), v.to(DEV), **kw) == FUSED
+    fwd, bwd = native_calls(FWD), native_calls(BWD)
+    got, want, dgrads, cgrads = run_both(q, k, v, **kw)
+    assert native_calls(FWD) == fwd + 1 and native_calls(BWD) == bwd + 1
+    close(got, want, torch.float32)
+    for d, c in zip(dgrads, cgrads):
+        close(d, c, torch.float32)
+
+
+@pytest.mark.parametrize("mask_shape", [(17, 20), (1, 1, 17, 20), (2, 1, 17, 20), (2, 3, 17, 20), (3, 1, 20)])
+@pytest.mark.parametrize("boolean", [False, True])
+def test_masks_broadcast_like_torch(mask_shape, boolean):
+    torch.manual_seed(1)
+    q, k, v = torch.randn(2, 3, 17, 16), torch.randn(2, 3, 20, 16), torch.randn(2, 3, 20, 16)
+    if boolean:
+        mask = torch.rand(mask_shape) > 0.3
+        mask[..., 0] = True  # every query keeps a key (a row with none gives NaN on both sides)
+    else:
+        mask = torch.randn(mask_shape)
+    fwd = native_calls(FWD)
+    got, want, dgrads, cgrads = run_both(q, k, v, attn_mask=mask)
+    assert native_calls(FWD) == fwd + 1
+    close(got, want, torch.float32)
+    for d, c in zip(dgrads, cgrads):
+        close(d, c, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_inputs(dtype):
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 64, 32, dtype=dtype) for _ in range(3))
+    got, want, dgrads, cgrads = run_both(q, k, v, is_causal=True)
+    assert got.dtype == dtype
+    close(got, want, dtype)
+    for d, c in zip(dgrads, cgrads):
+        close(d, c, dtype)
+
+
+def test_non_contiguous_heads_from_a_projection():
+    torch.manual_seed(3)
+    b, s, h, d = 2, 24, 4, 8
+    qkv = torch.randn(b, s, 3 * h * d)
+    split = lambda t: [x.view(b, s, h, d).transpose(1, 2) for x in t.split(h * d, dim=2)]
+    want = F.scaled_dot_product_attention(*split(qkv), is_causal=True)
+    fwd = native_calls(FWD)
+    got = F.scaled_dot_product_attention(*split(qkv.to(DEV)), is_causal=True)
+    assert native_calls(FWD) == fwd + 1
+    close(got, want, torch.float32)
+
+
+UNFUSED = {
+    "dropout": ((1, 2, 8, 16), (1, 2, 8, 16), {"dropout_p": 0.5}),
+    "head_dim_256": ((1, 1, 8, 256), (1, 1, 8, 256), {}),
+    "grouped_query": ((1, 4, 8, 16), (1, 2, 8, 16), {"enable_gqa": True}),
+    "broadcast_batch": ((2, 2, 8, 16), (1, 2, 8, 16), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(UNFUSED))
+def test_calls_the_kernels_cannot_take_use_the_math_path(case):
+    torch.manual_seed(4)
+    qs, kvs, kw = UNFUSED[case]
+    q, k, v = torch.randn(qs), torch.randn(kvs), torch.randn(kvs)
+    assert torch._fused_sdp_choice(q.to(DEV), k.to(DEV), v.to(DEV), **kw) == MATH
+    fwd = native_calls(FWD)
+    if case == "dropout":  # random: check the shape and that kept entries are rescaled, not the values
+        got = F.scaled_dot_product_attention(q.to(DEV), k.to(DEV), v.to(DEV), **kw)
+        assert got.shape == qs and torch.isfinite(got.cpu()).all()
+    else:
+        got, want, _, _ = run_both(q, k, v, grad=False, **kw)
+        close(got, want, torch.float32)
+    assert native_calls(FWD) == fwd
+
+
+def test_a_mask_that_needs_a_gradient_uses_the_math_path():
+    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
+    mask = torch.randn(6, 6).to(DEV).requires_grad_()
+    assert torch._fused_sdp_choice(q.to(DEV), k.to(DEV), v.to(DEV), mask) == MATH
+
+
+def test_transformer_encoder_layer_matches_cpu():
+    torch.manual_seed(5)
+    cpu = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    dev = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).to(DEV).eval()
+    dev.load_state_dict(cpu.state_dict())
+    x = torch.randn(2, 10, 32)
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(10)
+    want = cpu(x, src_mask=causal, is_causal=True)
+    fwd = native_calls(FWD)
+    got = dev(x.to(DEV), src_mask=causal.to(DEV), is_causal=True)
+    assert native_calls(FWD) == fwd + 1
+    close(got, want.detach(), torch.float32)
