@@ -342,9 +342,9 @@ def test_changing_scalars_stop_tracing(strict):
         sizes = []
         for step in range(12):
             lr = 0.01 / (step + 1)
-            for fn in (lambda t, u: t.add_(u, alpha=-lr), lambda t, u: t.mul_(1 - lr), lambda t, u: t.div_(1 + lr),
-                       lambda t, u: t.addcdiv_(u, u.abs() + 1, value=-lr), lambda t, u: t.lerp_(u, lr),
-                       lambda t, u: t.sub_(lr)):
+            for fn in (lambda t, u, lr=lr: t.add_(u, alpha=-lr), lambda t, u, lr=lr: t.mul_(1 - lr),
+                       lambda t, u, lr=lr: t.div_(1 + lr), lambda t, u, lr=lr: t.addcdiv_(u, u.abs() + 1, value=-lr),
+                       lambda t, u, lr=lr: t.lerp_(u, lr), lambda t, u, lr=lr: t.sub_(lr)):
                 fn(xd, gd)
                 fn(xc, g.to(dtype))
             sizes.append(len(launch._cache))
