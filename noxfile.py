@@ -16,21 +16,20 @@ def install(session, *extra):
     session.install("-c", "constraints.txt", *PACKAGES, *extra)
 
 
-# PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU). They run under
-# pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
-# dead run; `test` subsamples them (TORCH_NEURON_OPINFO_SAMPLES, default 3 per entry), `opinfo` runs all.
+# PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU) are among the tests;
+# `test` subsamples them (TORCH_NEURON_OPINFO_SAMPLES, default 3 per entry), `opinfo` runs all. Everything runs
+# under pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
+# dead run.
 DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
 TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest")
 
 
 @nox.session(python=PYTHON)
 def test(session):
-    """Install the packages and run every package's tests (the test databases subsampled, on 2 workers)."""
+    """Install the packages and run every package's tests (the test databases subsampled), on 2 workers."""
     install(session, *TEST_DEPS)
-    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")}
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *TESTS, *[f"--ignore={t}" for t in DB_TESTS],
-                *session.posargs, env=env)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *DB_TESTS, *session.posargs, env=env)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *TESTS, *session.posargs,
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
 
 
 @nox.session(python=PYTHON)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-# torch before anything imports torch_neuron (which cannot be imported ahead of torch), e.g. pytest-xdist's
-# controller rebuilding a worker's NeuronFallbackWarning
+# torch (and with it torch_neuron) loaded before pytest-xdist's controller rebuilds a worker's
+# NeuronFallbackWarning
 import torch  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -26,6 +26,13 @@ def test_autoload_can_be_turned_off():
     assert out.stdout.strip() == "privateuseone"
 
 
+def test_importing_torch_neuron_before_torch_works():
+    code = "import torch_neuron, torch; print((torch.ones(2, device='neuron') + 1).cpu().tolist())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[2.0, 2.0]"
+
+
 def test_current_device_and_context():
     assert torch.neuron.current_device() == 0
     with torch.neuron.device(1):
@@ -186,3 +193,13 @@ def test_host_alias_shares_device_memory_on_the_simulator():
     torch.testing.assert_close(alias, torch.arange(12.0).reshape(3, 4).t())
     alias[0, 1] = -1.0  # element (1, 0) of x
     assert x[1, 0].item() == -1.0
+
+
+def test_copies_of_contiguous_tensors_with_odd_strides_on_size_one_dims():
+    x = (torch.zeros(1, 3).t()[0] + 3, torch.ones(1, 3).t()[:1])  # contiguous, last stride != 1
+    for t in x:
+        assert t.is_contiguous()
+        d = t.to("neuron")
+        torch.testing.assert_close(d.cpu(), t)
+        back = torch.empty_like(t).copy_(d)
+        torch.testing.assert_close(back, t)

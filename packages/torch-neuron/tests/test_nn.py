@@ -223,6 +223,28 @@ def test_batch_norm(dtype, pdtype, training):
     grads_match(lambda x, w, b: F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training), [x, w, b], dtype)
 
 
+# the tolerances of PyTorch's test_compare_cpu for 16-bit results
+EXACTISH = {torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5)}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(5, 5, 5), (3, 2, 3, 4), (2, 4)])
+def test_batch_norm_16_bit_rounds_its_statistics_like_cpu(dtype, shape):
+    # torch's CPU kernel stores mean / invstd in the 16-bit parameter dtype and normalizes with the rounded
+    # values; outputs near zero (x close to the mean) then differ from an fp32 normalization by ~1e-2
+    g = torch.Generator().manual_seed(7)
+    x = (torch.rand(shape, generator=g) * 17 - 8.5).to(dtype)
+    c = shape[1]
+    w, b = (torch.rand(c, generator=g) * 17 - 8.5).to(dtype), (torch.rand(c, generator=g) * 17 - 8.5).to(dtype)
+    rm, rv = torch.rand(c, generator=g).to(dtype), (torch.rand(c, generator=g) + 0.5).to(dtype)
+    rmd, rvd = rm.to(DEV), rv.to(DEV)
+    ref = torch.native_batch_norm(x, w, b, rm, rv, True, 0.3, 1e-5)
+    with none_of_ours_falls_back():
+        got = torch.native_batch_norm(x.to(DEV), w.to(DEV), b.to(DEV), rmd, rvd, True, 0.3, 1e-5)
+    check(got, ref, dtype, EXACTISH)
+    check((rmd, rvd), (rm, rv), dtype, EXACTISH)  # the running statistics' rounding points too
+
+
 def test_batch_and_instance_norm_modules():
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.BatchNorm1d(6), nn.Unflatten(1, (2, 3)), nn.InstanceNorm1d(2, affine=True))
@@ -254,6 +276,30 @@ def test_cross_entropy(dtype, reduction, weighted):
     ref.backward(g)
     check(got, ref.detach(), dtype)
     check(xd.grad, xc.grad, dtype, GRAD_TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_log_softmax_16_bit_is_fp32_rounded_once(dtype):
+    # torch's CPU kernel rounds the row's sum of exps and its log to the dtype on the last dim (an output near
+    # 0 then differs by ~4e-3); the device computes in fp32 and rounds once, as torch does on other dims
+    x = data((40, 7), dtype, scale=5)
+    x[0] = torch.tensor([-8.5, -1.77, -4.31, -2.41, 8.375, 1.82, 2.33])
+    for dim in (-1, 0):
+        with none_of_ours_falls_back():
+            got = torch.log_softmax(x.to(DEV), dim)
+        check(got, torch.log_softmax(x.float(), dim).to(dtype), dtype, EXACTISH)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_nll_loss_16_bit_sums_in_fp32(dtype, reduction):
+    # torch's CPU kernel sums a 16-bit loss in the dtype, one rounding per term; the device sums in fp32 and
+    # rounds once: the float32 computation rounded to the dtype (the op_db harness accepts that too)
+    x = data((2, 3, 2, 2), dtype, scale=5)
+    t = torch.tensor([[[2, 0], [1, 0]], [[0, 0], [2, 2]]])
+    with none_of_ours_falls_back():
+        got = F.nll_loss(x.to(DEV), t.to(DEV), reduction=reduction)
+    check(got, F.nll_loss(x.float(), t, reduction=reduction).to(dtype), dtype, EXACTISH)
 
 
 def test_nll_loss_ops_and_total_weight():

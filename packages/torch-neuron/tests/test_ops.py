@@ -35,6 +35,24 @@ def test_harness_fails_an_op_that_is_wrong_on_neuron():
     assert out.status == "fail" and out.sample == 0 and "not close" in out.reason
 
 
+def test_harness_accepts_bf16_rounded_once_and_says_so():
+    def op_fn(x):  # the CPU rounds x + 100 to bf16 (steps of 0.5 there); computed in float32 it is exact
+        if x.device.type == "neuron":
+            return ((x.float() + 100) - 100).to(x.dtype)
+        return (x + 100) - 100
+
+    out = opinfo.run_op(_variant("abs", op_fn), opinfo.DTYPES["bfloat16"], first=2)
+    assert out.status == "pass" and out.reason.startswith(opinfo.ROUNDED_ONCE)
+
+
+def test_harness_fails_a_bf16_result_off_from_both_references():
+    def op_fn(x):
+        return (x.float() + (0.5 if x.device.type == "neuron" else 0.0)).to(x.dtype)
+
+    out = opinfo.run_op(_variant("abs", op_fn), opinfo.DTYPES["bfloat16"], first=2)
+    assert out.status == "fail" and "not close" in out.reason
+
+
 def test_harness_sees_wrong_in_place_effects_on_the_inputs():
     def op_fn(x):
         result = x.abs()

@@ -353,3 +353,15 @@ def test_gradients_match_cpu(name):
     GRADS[name](x).backward()
     GRADS[name](xd).backward()
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mean_of_0d_16_bit_keeps_its_dtype(dtype):
+    # nanmean / masked.mean divide a 0-d 16-bit sum by a 0-d int64 count: the result stays 16-bit (was float32)
+    x = torch.tensor(-8.5, dtype=dtype)
+    for fn in (torch.nanmean, torch.masked.mean, lambda t: t / torch.tensor(3, device=t.device),
+               lambda t: t * torch.tensor(257, device=t.device)):
+        got, want = fn(x.to(DEV)), fn(x)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    v = torch.tensor([1.0, math.nan, 4.0], dtype=dtype)
+    assert torch.equal(torch.nanmean(v.to(DEV)).cpu(), torch.nanmean(v))

@@ -30,7 +30,7 @@ class TensorArg:
         if self.role not in ROLES:
             raise ValueError(f"tensor {self.name!r}: role {self.role!r} is not one of {ROLES}")
 
-    @property
+    @functools.cached_property  # read on every execute (address checks): computed once
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
 

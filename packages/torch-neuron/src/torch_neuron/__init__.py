@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import sys
 
-import torch
 
-from . import _extension
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this module registers the device. Defined
+    before ``import torch`` so that ``import torch_neuron`` ahead of torch works: torch's autoload then
+    finds this half-imported module and calls this no-op; the rest of the module registers the device."""
+
+
+import torch  # noqa: E402
+
+from . import _extension  # noqa: E402
 
 __version__ = "0.0.1"
 
@@ -93,10 +100,6 @@ def _register() -> None:
 
     ops.register()
     compat.register(ops.registry.LIB)
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing this module registers the device."""
 
 
 _register()

@@ -66,9 +66,11 @@ def summary(results: list[dict]) -> list[str]:
         st = Counter(r["status"] for r in rs)
         native = sum(1 for r in rs if not r["fallbacks"])
         compared = n - st["skip"]
+        once = sum(1 for r in rs if r["status"] == "pass" and "rounded once" in r["reason"])
+        rounded = f"{once} matching float32 rounded once rather than the CPU's bf16 steps, " if once else ""
         lines.append(f"{section}: {st['pass']}/{n} pass all samples run ({_pct(st['pass'], n)}; "
                      f"{st['pass']}/{compared} of those compared, {st['skip']} not comparable, {st['fail']} fail), "
-                     f"native {native}/{n} ({_pct(native, n)}), {sum(r['samples'] for r in rs)} samples, "
+                     f"native {native}/{n} ({_pct(native, n)}), {rounded}{sum(r['samples'] for r in rs)} samples, "
                      f"{sum(r['seconds'] for r in rs):.0f} s")
         missing = Counter(op for r in rs for op in r["fallbacks"])
         if missing:

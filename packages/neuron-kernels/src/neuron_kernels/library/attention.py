@@ -864,7 +864,8 @@ def flash_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
     nqt = nl.cdiv(sq, pmax)
     kpb = blk // pmax  # key tiles per block
     any_order = not causal and mask is None  # keys of a block in any order shared by K, V, dK, dV (see forward)
-    qgroup = max(1, 2048 // (d * dt.itemsize))  # query tiles per load
+    # query tiles per load; at most pmax: the logsumexp rows of a load sit one tile per partition (tiny D)
+    qgroup = max(1, min(pmax, 2048 // (d * dt.itemsize)))
     # Q, dO, O (queries on partitions) and Q^T, dO^T stay resident per batch-head when a quarter of SBUF holds
     # them; longer sequences stream each job's tiles (more DMA and TensorE transposes, any length)
     sbuf = nl.tile_size.sbuf_size_bytes

@@ -1,9 +1,12 @@
 """Batch norm (``native_batch_norm`` and its backward, what ``F.batch_norm``/``BatchNorm*d``/``InstanceNorm*d``
 reach), composed from the ``reduce`` and elementwise kernels on the ``[N, C, HxW]`` view.
 
-Statistics are per channel over (N, HxW) in fp32 (16-bit inputs are widened first, so the mean used to
-normalize is not the rounded one); training updates ``running_mean``/``running_var`` in place with the
-unbiased variance, as torch does. The output is ``x * scale + shift`` with per-channel ``scale = w * invstd``
+Statistics are per channel over (N, HxW) in fp32 (16-bit inputs are widened first). With 16-bit parameters,
+torch's CPU kernel normalizes with the saved mean and invstd rounded to the parameter dtype (for bfloat16 it
+also stores the sum of squared deviations and the variance in it, and updates the running statistics in
+bfloat16 arithmetic); so does this: an output near zero is ``x - mean``, where the unrounded mean differs
+by more than the bf16 tolerance allows. Training updates ``running_mean``/``running_var`` in place with
+the unbiased variance, as torch does. The output is ``x * scale + shift`` with per-channel ``scale = w * invstd``
 and ``shift = b - mean * scale``. The backward is ``dx = g * A + x * B + C`` with per-channel A, B, C
 from the two column sums ``sum(g)`` and ``sum(g * x)`` (so only two passes over the data besides dx).
 """
@@ -51,6 +54,34 @@ def _update(op: str, running: torch.Tensor, stat: torch.Tensor, momentum: float)
     running.copy_(new)
 
 
+def _b(value: float, dtype) -> float:
+    """A Python number rounded to ``dtype`` (torch's CPU kernel turns momentum and counts into it)."""
+    return float(torch.tensor(value, dtype=dtype))
+
+
+def _stats16(mean, var, count, dtype, running_mean, running_var, momentum):
+    """fp32 mean and biased variance -> the (mean, variance) torch's CPU kernel normalizes with when the
+    statistics are 16-bit (``dtype``), updating the running statistics with its rounding points: the
+    mean and the sum of squared deviations are stored in ``dtype``, and every step of ``dtype``
+    arithmetic (counts and momentum rounded to ``dtype`` too) rounds again."""
+    mean16 = run(OP, movement.copy, mean, dtype)[0]
+    var_sum16 = run(OP, movement.copy, ew(OP, el.mul, var, float(count)), dtype)[0]
+    m, keep = _b(momentum, dtype), _b(1.0 - _b(momentum, dtype), dtype)
+    if running_mean is not None:  # m * mean + (1 - m) * running, each product and the sum rounded
+        old = ew(OP, el.mul, contig(running_mean), keep)
+        running_mean.copy_(ew(OP, el.add, ew(OP, el.mul, mean16, m), old))
+    if running_var is not None:  # m * fp32(unbiased) + (1 - m) * running: an fp32 sum, rounded once
+        unbiased = _f32(OP, ew(OP, el.div, var_sum16, _b(count - 1, dtype)))
+        old = _f32(OP, ew(OP, el.mul, contig(running_var), keep))
+        running_var.copy_(ew(OP, el.add, ew(OP, el.mul, unbiased, m), old))
+    return _f32(OP, mean16), _f32(OP, ew(OP, el.div, var_sum16, _b(count, dtype)))
+
+
+def _rounded(t: torch.Tensor, dtype) -> torch.Tensor:
+    """fp32 ``t`` rounded to ``dtype`` (and widened back)."""
+    return run(OP, movement.copy, run(OP, movement.copy, t, dtype)[0], F32)[0]
+
+
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):  # noqa: A002
     same_device(input, weight, bias, running_mean, running_var)
     if not _native(input, weight, bias, running_mean, running_var) or (not training and running_mean is None):
@@ -62,13 +93,18 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training, 
     if training:
         var = run(OP, reduce.var, x, (0, 2), 0.0, False)[0]
         mean = run(OP, reduce.mean, x, (0, 2), False)[0]
-        if running_mean is not None:
-            _update(OP, running_mean, mean, momentum)
-        if running_var is not None:
-            _update(OP, running_var, ew(OP, el.mul, var, count / (count - 1)), momentum)
+        if sdt == torch.bfloat16:
+            mean, var = _stats16(mean, var, count, sdt, running_mean, running_var, momentum)
+        else:  # fp32 statistics (float16 too: torch's CPU kernel keeps them in fp32 and rounds only the saved ones)
+            if running_mean is not None:
+                _update(OP, running_mean, mean, momentum)
+            if running_var is not None:
+                _update(OP, running_var, ew(OP, el.mul, var, count / (count - 1)), momentum)
     else:
         mean, var = _f32(OP, running_mean), _f32(OP, running_var)
     invstd = ew(OP, el.rsqrt, ew(OP, el.add, var, float(eps)))
+    if training and sdt != F32:  # normalize with the saved (rounded) mean and invstd, as torch's CPU kernel
+        mean, invstd = _rounded(mean, sdt), _rounded(invstd, sdt)
     scale = invstd if weight is None else ew(OP, el.mul, invstd, contig(weight))
     shift = ew(OP, el.mul, mean, scale)
     shift = ew(OP, el.neg, shift) if bias is None else ew(OP, el.sub, contig(bias), shift)
@@ -136,7 +172,22 @@ def _legit_no_training(input, weight, bias, running_mean, running_var, momentum,
     return native_batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps)
 
 
+def _with_update(input, weight, bias, running_mean, running_var, momentum, eps):  # noqa: A002
+    """What BatchNorm modules call in training: native_batch_norm plus an empty reserve (CPU's too)."""
+    out = native_batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return (*out, torch.empty(0, dtype=torch.uint8, device=input.device))
+
+
+def _backward_with_reserve(grad_out, input, weight, running_mean, running_var, save_mean, save_var,  # noqa: A002
+                           update, eps, output_mask, reserve):
+    """_batch_norm_with_update's backward: the reserve is empty, the rest is native_batch_norm_backward."""
+    return native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var,
+                                      update, eps, output_mask)
+
+
 def register(lib) -> None:
+    impl("_batch_norm_with_update")(_with_update)
+    impl("batch_norm_backward")(_backward_with_reserve)
     impl("_native_batch_norm_legit")(_legit)
     impl("_native_batch_norm_legit.no_stats")(_legit_no_stats)
     impl("_native_batch_norm_legit_no_training")(_legit_no_training)

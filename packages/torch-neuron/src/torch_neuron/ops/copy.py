@@ -26,8 +26,9 @@ def extent(t: torch.Tensor) -> int:
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous host tensor's bytes as a uint8 tensor (any dtype, 0-d included)."""
-    return t.reshape(-1).view(torch.uint8)
+    """A contiguous host tensor's bytes as a uint8 tensor (any dtype, 0-d included). Flattened by strides,
+    not reshape: a contiguous tensor may keep any stride on a size-1 dimension, which ``view`` refuses."""
+    return t.as_strided((t.numel(),), (1,)).view(torch.uint8)
 
 
 def _span(t: torch.Tensor) -> torch.Tensor:
@@ -82,14 +83,21 @@ def device_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
         return
     if device_dtype(dst.dtype) is None or device_dtype(src.dtype) is None:
         if dst.dtype == src.dtype:  # float64 / complex: move the bytes as integers of the same width
-            as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[dst.element_size()]
-            return device_copy(dst.view(as_int), src.view(as_int))
+            return device_copy(_as_int(dst), _as_int(src))
         return dst.copy_(src.cpu())  # a cast the engines cannot do; the host does it (fallback counted there)
     if _overlaps(dst, src):
         src = src.clone()
     size = tuple(dst.shape) or (1,)
     dstride, sstride = tuple(dst.stride()) or (1,), tuple(src.stride()) or (1,)
     run("copy_", movement.strided_copy_, _span(dst), _span(src), size, dstride, sstride)
+
+
+def _as_int(t: torch.Tensor) -> torch.Tensor:
+    """The same memory as integers of the element's width (any strides). A complex element is a (real,
+    imaginary) pair first, so complex128 (16 bytes) moves as two int64."""
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[t.element_size()])
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -125,6 +133,41 @@ def copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return copy_from(src, dst)
 
 
+def _stored(t: torch.Tensor) -> torch.Tensor:
+    """The values ``t``'s memory holds: the same view with the lazy conjugate / negative bits cleared."""
+    if t.is_conj():
+        t = t.conj()  # conj of a conjugate view is the plain view
+    if t.is_neg():
+        t = torch._neg_view(t)
+    return t
+
+
+def _settle_bits(src: torch.Tensor, dst: torch.Tensor, stored: torch.Tensor) -> None:
+    """After the stored values of ``src`` were copied into ``dst``'s memory (``stored``): apply what the
+    bits of the two views differ by, so that dst reads as src."""
+    if src.is_conj() != dst.is_conj():  # negate the imaginary parts (conj_physical_ has no neuron kernel)
+        torch.view_as_real(stored)[..., 1].neg_()
+    if src.is_neg() != dst.is_neg():  # complex: negate both parts as reals (the engines have no complex)
+        (torch.view_as_real(stored) if stored.is_complex() else stored).neg_()
+
+
+def copy_from_lazy(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``_copy_from`` when a view has the conjugate or negative bit. PyTorch's fallback for those bits
+    would clone the input, and cloning copies through ``_copy_from`` again: an endless recursion that
+    overflows the stack (segfault). Copy the stored values, then conjugate / negate in place, as
+    copy_ does between CPU tensors."""
+    stored = _stored(dst)
+    torch.ops.aten._copy_from(_stored(src), stored, non_blocking)
+    _settle_bits(src, dst, stored)
+    return dst
+
+
+def copy_from_and_resize_lazy(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    if dst.shape != src.shape:
+        dst.resize_(src.shape)  # dst itself: a resize through its bit-cleared view would not reach it
+    return copy_from_lazy(src, dst)
+
+
 def local_scalar_dense(t: torch.Tensor):
     return to_host(t).item()
 
@@ -133,3 +176,6 @@ def register(lib) -> None:
     lib.impl("_copy_from", copy_from, "PrivateUse1")
     lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
     lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
+    for key in ("Conjugate", "Negative"):
+        lib.impl("_copy_from", copy_from_lazy, key)
+        lib.impl("_copy_from_and_resize", copy_from_and_resize_lazy, key)

@@ -172,6 +172,11 @@ def index_put_impl_(x, indices, values, accumulate=False, unsafe=False):
     if carrier is None or not _native(x, indices):
         return run_on_cpu(aten._index_put_impl_.default, *args)
     same_device(x, values)
+    if accumulate and x.dtype in (torch.bfloat16, torch.float16):
+        # the scatter rounds into a 16-bit table once per 128 values: accumulate in fp32, round once
+        wide = run("index_put_", movement.copy, contig(x), torch.float32)[0]
+        index_put_impl_(wide, indices, run("index_put_", movement.copy, contig(values), torch.float32)[0], True)
+        return x.copy_(wide)
     plan = _plan("index_put_", x, indices)
     shape = _result_shape(x, plan)
     if values.dim() > len(shape) or any(v not in (1, n) for v, n in zip(reversed(values.shape), reversed(shape))):

@@ -49,6 +49,11 @@ def _scatter_along(op: str, x, dim, index, src, add: bool, error, message=None) 
         copy_into(op, out, x)
         return out
     idx = index32(op, index.reshape(-1), x.shape[d], d, wrap=op == "index_fill", error=error, message=message)
+    if add and x.dtype in (torch.bfloat16, torch.float16) and isinstance(src, torch.Tensor):
+        # the scatter rounds into a 16-bit table once per 128 values: accumulate in fp32, round once
+        wide = [run(op, movement.copy, contig(t), torch.float32)[0] for t in (x, src)]
+        return run(op, movement.copy, _scatter_along(op, wide[0], d, index, wide[1], True, error, message),
+                   x.dtype)[0]
     carrier = x.dtype if add else movable(x.dtype)
     shape = list(x.shape)
     shape[d] = idx.numel()

@@ -62,7 +62,8 @@ def index32(op: str, index: torch.Tensor, size: int, dim: int = 0, wrap: bool = 
     if n == 0:
         return torch.empty(idx.shape, dtype=torch.int32, device=idx.device)
     if idx.dtype == torch.int64:
-        lohi = run(op, movement.transpose, idx.view(torch.int32).view(n, 2))[0]  # [2, n]: low words, high words
+        # flat first: a contiguous tensor may still have a size-1 last dim with another stride
+        lohi = run(op, movement.transpose, idx.reshape(n).view(torch.int32).view(n, 2))[0]  # [2, n]: low, high words
         (lo_min, hi_min), (lo_max, hi_max) = _minmax(op, lohi)
         low = lohi[0]
         fits = (hi_min == hi_max == 0 and lo_min >= 0) or (hi_min == hi_max == -1 and lo_max < 0)
@@ -70,7 +71,7 @@ def index32(op: str, index: torch.Tensor, size: int, dim: int = 0, wrap: bool = 
             sign = run(op, ew.bitwise_right_shift, low, 31)[0]
             fits = not to_host(run(op, red.amax, run(op, ew.ne, lohi[1], sign)[0])[0]).item()
     else:
-        low = idx.view(n)
+        low = idx.reshape(n)
         (lo_min,), (lo_max,) = _minmax(op, low.view(1, n))
         fits = True
     if not fits or lo_max >= size or lo_min < (-size if wrap else 0):

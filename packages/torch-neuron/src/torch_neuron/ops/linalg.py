@@ -292,8 +292,26 @@ def addr(bias, vec1, vec2, *, beta=1, alpha=1):
     meta = meta_result(aten.addr.default, bias, vec1, vec2, beta=beta, alpha=alpha)
     if not _native(bias, vec1, vec2) or not bias.dtype == vec1.dtype == vec2.dtype == meta.dtype:
         return run_on_cpu(aten.addr.default, bias, vec1, vec2, beta=beta, alpha=alpha)
+    if meta.dtype in (torch.bfloat16, torch.float16):
+        return _addr16(bias, vec1, vec2, beta, alpha, meta.dtype)
     # unlike the GEMMs, addr multiplies even when alpha == 0 (0 * inf is NaN)
     return _gemm("addr", vec1.unsqueeze(1), vec2.unsqueeze(0), bias, alpha, beta, blas_alpha=False)
+
+
+def _addr16(bias, vec1, vec2, beta, alpha, dtype):
+    """16-bit addr as torch's CPU computes it: every step in the dtype, each rounded (alpha and beta too):
+    ``beta * bias + (alpha * vec1) outer vec2``; a fused one-rounding result differs by more than the
+    bf16 tolerance where the two terms cancel. beta == 0 ignores bias (NaN in it does not propagate)."""
+    al, be = (float(torch.tensor(float(v), dtype=dtype)) for v in (alpha, beta))
+    scaled = run("addr", ew.mul, _contig(vec1), al)[0]
+    outer = run("addr", ew.mul, scaled.unsqueeze(1), _contig(vec2).unsqueeze(0))[0]
+    if be == 0:
+        return outer
+    return run("addr", ew.add, run("addr", ew.mul, _contig(bias), be)[0], outer)[0]
+
+
+def _contig(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()
 
 
 @impl("addr.out")

@@ -15,7 +15,7 @@ import torch
 
 from neuron_kernels.library import elementwise as ew
 
-from .pointwise_base import FLOATS, INTS, Raw, dynamic, pointwise, scalar_to
+from .pointwise_base import COMPUTE, FLOATS, INTS, Raw, dynamic, pointwise, scalar_to
 from .pointwise_expr import Expr, abs_, call, fmod, inputs, node_of, rounded, where
 
 
@@ -100,8 +100,19 @@ def _second(b):
     return Raw(b) if isinstance(b, torch.Tensor) and b.dim() == 0 else b
 
 
+def _opmath_call(plan, kernel, a, b, formula):
+    """``kernel(a, b)`` with ``b`` read at full precision. Between two 0-d tensors the kernel would promote to
+    the converted ``b``'s dtype (an int64 count becomes float32, so bf16_sum / count gave float32): a formula
+    then computes in FP32 and rounds once to the result dtype, as torch's CPU kernel does."""
+    if (isinstance(b, torch.Tensor) and b.dim() == 0 and b.dtype not in COMPUTE and isinstance(a, torch.Tensor)
+            and a.dim() == 0):
+        x, y = inputs(2)
+        return call(formula(x, y), (a, Raw(b)), plan.dtype)
+    return kernel, (a, _second(b)), {}
+
+
 def _add_like(kernel, swap=False):
-    def adapter(plan, self, other, *, alpha=1):
+    def adapter(plan, self, other, alpha=1):  # positional in rsub.Scalar's schema, keyword-only elsewhere
         _check_fits(alpha, plan.R)
         a, b = (other, self) if swap else (self, other)
         # torch rounds a float alpha (and scalars) to a bfloat16/float16 dtype, then computes in FP32
@@ -141,6 +152,7 @@ def _opmath_second(kernel):
         elif plan.R in FLOATS:  # a changing float scalar becomes a 0-d float32 operand (torch's opmath value)
             self = _dynamic_operand(plan, "a", scalar_to(self, plan.R), plan.R)  # a first operand is converted
             other = _dynamic_operand(plan, "b", other, torch.float32)
+            return _opmath_call(plan, kernel, self, other, lambda x, y: x * y)
         return kernel, (self, _second(other)), {}
     return adapter
 
@@ -170,6 +182,7 @@ def _true_div(plan, self, other):
     elif plan.R in FLOATS:
         self = _dynamic_operand(plan, "a", scalar_to(self, plan.R), plan.R)
         other = _dynamic_operand(plan, "b", other, torch.float32)
+        return _opmath_call(plan, ew.div, self, other, lambda x, y: x / y)
     return ew.div, (self, _second(other)), {}
 
 

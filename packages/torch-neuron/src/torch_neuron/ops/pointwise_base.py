@@ -13,7 +13,8 @@ and the 16/32/64-bit unsigned types have no torch CPU arithmetic either, so they
 (same errors as torch). int64 and float64 operands are converted only where torch's promotion converts
 them anyway: to a float result dtype (``int64_tensor * 0.5``, ``exp(int64)``), and 0-d operands to the
 promoted dtype (``int32_tensor + torch.tensor(3)``); the conversion is a device cast, the same rounding
-torch applies.
+torch applies. Signatures computing in int64 (arithmetic, comparisons, min/max/clamp/where, division by a
+small int) go to the exact 32-bit-word kernels of pointwise_int64 through ``Plan.wide``, off the hot path.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ _WIDE_INTS = frozenset({torch.int64, torch.uint16, torch.uint32, torch.uint64})
 class Plan:
     """What one call signature needs: ``shape``/``dtype`` of the functional result, ``R`` the promoted
     dtype of the operands (torch.result_type), ``cast`` the dtype int64/float64 operands are converted to,
-    ``cpu`` when the call runs on the CPU instead."""
+    ``cpu`` when the call does not take the generic kernel path: it runs on the CPU, or, when ``wide`` is set,
+    through that runner (exact int64 arithmetic from 32-bit words, see pointwise_int64)."""
 
     cpu: bool
     shape: torch.Size
@@ -53,6 +55,7 @@ class Plan:
     numel: int
     launches: dict = field(default_factory=dict)  # prepared launches by kernel and constants
     seen: dict = field(default_factory=dict)  # distinct values of each scalar argument (see ``dynamic``)
+    wide: object = None  # runner(entry, plan, args, kwargs, target) of an int64 signature, or None
 
 
 class Entry:
@@ -122,7 +125,15 @@ def _make_plan(entry: Entry, args, kwargs) -> Plan:
     cpu = result.dtype not in COMPUTE or cast is None
     fkwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
     plan.cpu = cpu or (entry.supports is not None and not entry.supports(plan, *args, **fkwargs))
+    if plan.cpu and R is torch.int64 and result.dtype in _WIDE_RESULTS and entry.name in WIDE:
+        plan.wide = WIDE[entry.name]  # int64 math from 32-bit words; off the hot path (plan.cpu stays set)
     return plan
+
+
+# runner(entry, plan, args, kwargs, target) by metrics name, filled in by pointwise_int64; target is None
+# (functional), the in-place self or the out= tensor
+WIDE: dict = {}
+_WIDE_RESULTS = frozenset({torch.int64, torch.bool})
 
 
 def _device(tensors) -> torch.device:
@@ -278,6 +289,8 @@ def _separate(target: torch.Tensor, operands) -> list:
 def functional(entry: Entry, args, kwargs):
     plan = plan_of(entry, args, kwargs)
     if plan.cpu:
+        if plan.wide is not None:
+            return plan.wide(entry, plan, args, kwargs, None)
         return run_on_cpu(entry.overload, *args, **kwargs)
     if plan.numel == 0:
         return torch.empty(plan.shape, dtype=plan.dtype, device=plan.device)
@@ -311,6 +324,8 @@ def _into(entry: Entry, plan: Plan, target: torch.Tensor, args, kwargs) -> bool:
 
 def inplace(entry: Entry, args, kwargs):
     plan = plan_of(entry, args, kwargs)
+    if plan.cpu and plan.wide is not None:
+        return plan.wide(entry, plan, args, kwargs, args[0])
     if plan.cpu or not _into(entry, plan, args[0], args, kwargs):
         return run_on_cpu(entry.overload, *args, **kwargs)
     return args[0]
@@ -320,6 +335,8 @@ def out_variant(entry: Entry, args, kwargs):
     plan = plan_of(entry, args, kwargs)
     out = kwargs[entry.out_arg]
     if plan.cpu:
+        if plan.wide is not None:
+            return plan.wide(entry, plan, args, kwargs, out)
         return run_on_cpu(entry.overload, *args, **kwargs)
     _maybe_resize_out(out, plan.shape)
     fkwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}

@@ -215,3 +215,24 @@ def call(e: Expr, tensors, out_dtype):
     if len(tensors) > _MAX_INPUTS:
         raise ValueError(f"a formula takes at most {_MAX_INPUTS} tensors, got {len(tensors)}")
     return formula, tuple(tensors), {"expr": e.node, "out_dtype": out_dtype}
+
+
+# -- formulas known by name ------------------------------------------------------------------------------------
+_NAMED: dict[str, tuple] = {}
+
+
+def call_named(key: str, build, tensors, out_dtype):
+    """Like ``call`` for the formula ``build()`` known by the unique name ``key`` (built once): the kernel's
+    constant is the short key instead of the tree. Launches hash their constants on every call, and a large
+    formula (special functions: hundreds of nodes sharing subtrees) would cost milliseconds per call."""
+    if key not in _NAMED:
+        _NAMED[key] = build().node
+    if len(tensors) > _MAX_INPUTS:
+        raise ValueError(f"a formula takes at most {_MAX_INPUTS} tensors, got {len(tensors)}")
+    return named_formula, tuple(tensors), {"key": key, "out_dtype": out_dtype}
+
+
+@kernel(name="pointwise_named_formula", tunables={"tile_bytes": ew.TILE_BYTES})
+def named_formula(x0, x1=None, x2=None, x3=None, key=None, out_dtype=None, tile_bytes=ew.TILE_BYTES[0]):
+    """``formula`` over the registered formula ``key`` (see ``call_named``)."""
+    return formula.fn(x0, x1, x2, x3, expr=_NAMED[key], out_dtype=out_dtype, tile_bytes=tile_bytes)
