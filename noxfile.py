@@ -21,7 +21,7 @@ def install(session, *extra):
 # under pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
 # dead run.
 DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
-TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest")
+TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest", "safetensors")
 
 
 @nox.session(python=PYTHON)

@@ -2,13 +2,13 @@
 dot, vdot (functional, out=, in-place), matmul / nn.Linear through them, transposed operands without
 copies, and the loud CPU path for dtypes TensorE does not multiply exactly."""
 
-import contextlib
 import warnings
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_neuron_testing.native import native
 
 from torch_neuron.fallback import NeuronFallbackWarning
 
@@ -17,20 +17,6 @@ FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
        torch.float16: dict(rtol=2e-3, atol=2e-3)}
 SETTINGS = settings(max_examples=12, deadline=None)
-
-
-@contextlib.contextmanager
-def native(*ops):
-    """Strict mode (no CPU fallback may run) and each of ``ops`` recorded as run natively."""
-    before = dict(torch.neuron.metrics()["native"])
-    torch.neuron.set_strict(True)
-    try:
-        yield
-    finally:
-        torch.neuron.set_strict(False)
-    after = torch.neuron.metrics()["native"]
-    for op in filter(None, ops):  # None: nothing to launch (empty results return without a kernel)
-        assert after.get(op, 0) > before.get(op, 0), f"{op} did not run natively"
 
 
 def close(got, want, dtype=None):

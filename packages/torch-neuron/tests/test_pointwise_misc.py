@@ -244,3 +244,28 @@ def test_backward_helpers_out_variants(strict):
         out = torch.empty(0, device="neuron")
         op(*[a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args], grad_input=out)
         check(out, op(*args, grad_input=torch.empty(0)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("decimals", [3, -3, 1, -1, 6])
+def test_round_decimals_native_and_bitwise_like_cpu(dtype, decimals):
+    torch.manual_seed(decimals + 10)
+    x = torch.cat([torch.randn(4000) * 1000, torch.tensor([0.0005, -0.0005, 0.0015, 0.0025, -0.0, 12345.6785,
+                                                             0.0125, 1e30, float("inf"), -float("inf")])]).to(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.neuron.NeuronFallbackWarning)
+        got = torch.round(x.to("neuron"), decimals=decimals).cpu()
+    want = torch.round(x, decimals=decimals)
+    assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit())
+
+
+def test_equal_natively():
+    nan = float("nan")
+    cases = [(torch.ones(3), torch.ones(3)), (torch.ones(3), torch.ones(4)), (torch.tensor([1.0, nan]),) * 2,
+             (torch.tensor([0.0]), torch.tensor([-0.0])), (torch.ones(2), torch.ones(2, dtype=torch.int32)),
+             (torch.arange(5), torch.arange(5)), (torch.arange(5), torch.arange(5) + 1),
+             (torch.empty(0), torch.empty(0)), (torch.tensor(True), torch.tensor(True))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.neuron.NeuronFallbackWarning)
+        for a, b in cases:
+            assert torch.equal(a.to("neuron"), b.to("neuron")) == torch.equal(a, b), (a, b)

@@ -3,26 +3,16 @@ generator. A device stream is not CPU's, so the tests check statistics (with bou
 noise), exact properties (ranges, dtypes, the dropout mask/scale relation), reproducibility under
 ``torch.neuron.manual_seed`` and RNG state, and that the ``generator`` argument is the stream used."""
 
-import contextlib
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch_neuron_testing.native import native
 
 DEV = "neuron"
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 N = 1 << 16
-
-
-@contextlib.contextmanager
-def native(*ops):
-    torch.neuron.reset_metrics()
-    yield
-    m = torch.neuron.metrics()
-    assert m["fallback"] == {}, m["fallback"]
-    for op in ops:
-        assert m["native"].get(op), (op, m["native"])
 
 
 def chi_square_uniform(u: torch.Tensor, bins: int = 256) -> float:

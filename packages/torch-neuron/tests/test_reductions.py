@@ -2,28 +2,17 @@
 std_mean/logsumexp/cumsum/linalg_vector_norm/all/any over any dims, keepdim, dtype=, out=, non-contiguous,
 0-d and empty inputs, NaN/inf, the exact-integer policy (native or counted CPU path), and gradients."""
 
-import contextlib
 import math
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_neuron_testing.native import native
 
 DEV = "neuron"
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 TOL = {torch.float32: (2e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3)}
-
-
-@contextlib.contextmanager
-def native(*ops):
-    """The block runs with no CPU fallback at all (and, when given, these ops ran natively)."""
-    torch.neuron.reset_metrics()
-    yield
-    m = torch.neuron.metrics()
-    assert m["fallback"] == {}, f"fell back to the CPU: {m['fallback']}"
-    for op in ops:
-        assert m["native"].get(op, 0) > 0, f"{op} did not run natively: {m['native']}"
 
 
 def fallbacks() -> dict:

@@ -7,25 +7,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_neuron_testing.native import native
 
 DEV = "neuron"
 SETTINGS = settings(max_examples=15, deadline=None)
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
           torch.uint8, torch.bool, torch.float64]
-
-
-@contextlib.contextmanager
-def native(*ops):
-    """Strict mode (no CPU fallback may run) and each of ``ops`` recorded as run natively."""
-    before = dict(torch.neuron.metrics()["native"])
-    torch.neuron.set_strict(True)
-    try:
-        yield
-    finally:
-        torch.neuron.set_strict(False)
-    after = torch.neuron.metrics()["native"]
-    for op in filter(None, ops):  # None: nothing to launch (empty results return without a kernel)
-        assert after.get(op, 0) > before.get(op, 0), f"{op} did not run natively"
 
 
 def sample(shape, dtype) -> torch.Tensor:

@@ -3,25 +3,17 @@ topk, kthvalue, median/nanmedian, mode, searchsorted/bucketize, isin, cummax/cum
 unique/unique_consecutive — shapes, dims, duplicates, NaN/inf, non-contiguous inputs, out=, and which calls
 run natively (no CPU fallback) or take the counted CPU path."""
 
-import contextlib
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_neuron_testing.native import native
 
 DEV = "neuron"
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 NAN, INF = float("nan"), float("inf")
 SPECIAL = (NAN, INF, -INF, 0.0, -0.0, 1.0, 1.0, 2.0)  # duplicates on purpose
-
-
-@contextlib.contextmanager
-def native():
-    """The block runs with no CPU fallback."""
-    torch.neuron.reset_metrics()
-    yield
-    assert torch.neuron.metrics()["fallback"] == {}, torch.neuron.metrics()["fallback"]
 
 
 def same(dev, ref):

@@ -11,12 +11,13 @@ and every signature whose promoted dtype is int64, float64 or complex.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from neuron_kernels.library import elementwise as ew
 
 from .pointwise_base import COMPUTE, FLOATS, INTS, Raw, dynamic, pointwise, scalar_to
-from .pointwise_expr import Expr, abs_, call, fmod, inputs, node_of, rounded, where
+from .pointwise_expr import Expr, abs_, act, call, fmod, inputs, node_of, rounded, where
 
 
 def _floats(plan, *args, **kwargs) -> bool:
@@ -59,7 +60,23 @@ pointwise("exp2", **_names("exp2"), promoted=(0,))(lambda plan, self: (ew.pow, (
 @pointwise("round", ["round.decimals"], ["round_.decimals"], ["round.decimals_out"], promoted=(0,),
            supports=_not_bool)
 def _round_decimals(plan, self, *, decimals):
-    return (ew.round, (self,), {}) if decimals == 0 else None  # x * 10**d rounds in torch's own order: CPU
+    if decimals == 0:
+        return ew.round, (self,), {}
+    if plan.R not in FLOATS:
+        return None
+    # torch's CPU kernel in its own order, in FP32 (opmath): t = x * 10**d (x / 10**-d for d < 0), nearbyint(t),
+    # then / 10**d (* 10**-d); nearbyint as (t + c) - c with c = copysign(2**23, t), which rounds half to even
+    # for |t| < 2**23 (larger floats are integral already); a zero keeps t's sign as nearbyint does
+    (x,) = inputs(1)
+    p = float(np.float32(10.0 ** abs(decimals)))
+    t = x * p if decimals > 0 else x / p
+    c = act("sign", t) * _TWO23
+    r = where(abs_(t).lt(_TWO23), (t + c) - c, t)
+    r = where(r.eq(0.0), t * 0.0, r)
+    return call(r / p if decimals > 0 else r * p, (self,), plan.dtype)
+
+
+_TWO23 = 8388608.0
 
 
 @pointwise("frac", **_names("frac"), promoted=(0,), supports=_floats)

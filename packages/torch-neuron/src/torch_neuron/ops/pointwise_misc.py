@@ -1,6 +1,6 @@
 """Composite pointwise ops as single formula programs (pointwise_expr): sign, tan, log10, the hard/leaky/elu/mish
-activations, threshold, fmax/fmin, lerp, addcmul, addcdiv, nan_to_num, the special-value tests, and the
-backward helpers autograd calls for the activations.
+activations, threshold, fmax/fmin, lerp, addcmul, addcdiv, nan_to_num, the special-value tests, the
+backward helpers autograd calls for the activations, and torch.equal.
 
 Formulas follow torch's CPU kernels term by term (same operation order where it matters for rounding),
 computed in FP32 and rounded once to the result dtype, as torch does for bfloat16/float16. All of them are
@@ -16,8 +16,10 @@ import torch
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import movement
 
+from .compose import same_device
 from .pointwise_base import FLOATS, INTS, Raw, dynamic, pointwise
 from .pointwise_expr import abs_, act, call, inputs, maximum, minimum, where
+from .registry import impl
 
 _INF = math.inf
 
@@ -244,3 +246,14 @@ def _elu_backward_adapter(plan, grad, alpha, scale, input_scale, is_result, self
     g, v = inputs(2)
     return call(_elu_backward(g, v, alpha, scale, input_scale, is_result), (grad, self_or_result), plan.dtype)
 
+
+
+# -- torch.equal: same shape and every element equal, as one comparison and one reduction on the device ------
+@impl("equal")
+def equal(self, other):
+    same_device(self, other)
+    if self.shape != other.shape:
+        return False
+    if self.numel() == 0:
+        return True
+    return bool(torch.eq(self, other).all().item())
