@@ -27,6 +27,7 @@ import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_leaves, tree_map
 
+from .checks import meta_result
 from .common import check_cast
 from .compose import write_outs
 from .oncpu import on_cpu
@@ -34,6 +35,12 @@ from .registry import LIB
 
 _COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 _REDUCED = (torch.bfloat16, torch.float16)
+# aten computes these in the reduced dtype's own steps, which neither the decomposition nor float32 rounded
+# once reproduces (linspace's bf16 points differ by an ulp): bf16/fp16 calls take the CPU path
+_CPU_WHEN_REDUCED = frozenset({"aten::linspace", "aten::logspace"})
+# decompositions that disagree with eager (torch 2.13): multilabel_margin_loss_forward gives a [1] loss for a
+# 1-d input where eager (and the CPU) give a 0-d one, and its meta kernel inherits that
+_NOT_EAGER = frozenset({"aten::multilabel_margin_loss_forward"})
 _running = threading.local()  # the ops whose decomposition is on this thread's stack
 
 
@@ -47,7 +54,7 @@ def _is_view(op: torch._ops.OpOverload) -> bool:
 
 def eligible(op: torch._ops.OpOverload) -> bool:
     name = op.name()
-    if not name.startswith("aten::") or _is_view(op):
+    if not name.startswith("aten::") or _is_view(op) or name in _NOT_EAGER:
         return False
     return not any(_has_kernel(name, key) for key in ("PrivateUse1", *_COMPOSITE))
 
@@ -117,8 +124,36 @@ def _in_float32(decomposition, low: torch.dtype, scalars, mutated: list[int], ar
     return tree_map(lambda r, e: r.to(e.dtype) if isinstance(r, torch.Tensor) else r, result, expected)
 
 
+def _expected(op: torch._ops.OpOverload, args, kwargs, targets, outs):
+    """The op's own meta result (shapes, dtypes) for these arguments, or None without a meta kernel."""
+    try:
+        return meta_result(op, *args, **dict(zip(outs, targets)), **kwargs)
+    except (NotImplementedError, RuntimeError, TypeError, ValueError):
+        return None
+
+
+def _conform(result, expected):
+    """A decomposition's result as the op's meta kernel says it is: dtype, and shape where only the shape
+    differs (PyTorch's multilabel_margin_loss decomposition gives [1] for a 0-d loss)."""
+    if expected is None or result is None:
+        return result
+
+    def fix(r, e):
+        if not isinstance(r, torch.Tensor) or not isinstance(e, torch.Tensor):
+            return r
+        if r.shape != e.shape and r.numel() == e.numel():
+            r = r.reshape(e.shape)
+        return r if r.dtype == e.dtype else r.to(e.dtype)
+
+    try:
+        return tree_map(fix, result, expected)
+    except (ValueError, TypeError):  # another structure: leave it to the comparison with torch
+        return result
+
+
 def _kernel(op: torch._ops.OpOverload, decomposition):
     outs, mutated = _writes(op)
+    cpu_when_reduced = op.name() in _CPU_WHEN_REDUCED
     inplace = op._schema.name.endswith("_")  # returns its mutated self
     scalars = _scalar_args(op)
 
@@ -127,9 +162,12 @@ def _kernel(op: torch._ops.OpOverload, decomposition):
         if op in active:
             return on_cpu(op, *args, **kwargs)
         targets = [kwargs.pop(n) for n in outs if n in kwargs]
+        low = _reduced(args, kwargs)
+        if cpu_when_reduced and (low or _reduced((), targets)) is not None:
+            return on_cpu(op, *args, **dict(zip(outs, targets)), **kwargs)
+        expected = _expected(op, args, kwargs, targets, outs) if not outs else None
         active.add(op)
         try:
-            low = _reduced(args, kwargs)
             if low is not None:
                 result = _in_float32(decomposition, low, scalars, mutated, args, kwargs)
             else:
@@ -138,6 +176,7 @@ def _kernel(op: torch._ops.OpOverload, decomposition):
             active.discard(op)
         if result is NotImplemented:  # the decomposition does not cover these arguments
             return on_cpu(op, *args, **dict(zip(outs, targets)), **kwargs)
+        result = _conform(result, expected)
         if targets:
             results = result if isinstance(result, tuple | list) else (result,)
             for t, r in zip(targets, results):
