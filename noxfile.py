@@ -17,7 +17,7 @@ def install(session, *extra):
 
 
 # PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU) are among the tests;
-# `test` runs every sample of them (TORCH_NEURON_OPINFO_SAMPLES=N subsamples a local run). Everything runs
+# `test` subsamples them (TORCH_NEURON_OPINFO_SAMPLES, default 3 per entry), `opinfo` runs all. Everything runs
 # under pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
 # dead run.
 DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
@@ -34,7 +34,7 @@ def test(session):
 
 @nox.session(python=PYTHON)
 def opinfo(session):
-    """Only the test databases (op_db float32/bfloat16, module_db, optim_db, every sample) and their summary
+    """The test databases alone (op_db float32/bfloat16, module_db, optim_db) with every sample, and their summary
     (ops passing all samples, % native); `nox -s opinfo -- --update-exclusions` rewrites
     packages/torch-neuron/tests/opinfo_exclusions.toml from the failures of the run."""
     install(session, *TEST_DEPS)
