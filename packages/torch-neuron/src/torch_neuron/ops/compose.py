@@ -7,6 +7,7 @@ import torch
 
 from neuron_kernels.library import elementwise, movement
 
+from .checks import same_device  # noqa: F401  (one device check; op modules import it from here too)
 from .common import contig, write_out
 from .launch import run
 
@@ -60,12 +61,3 @@ def write_outs(outs, results) -> tuple:
     """``out=`` for an op with several results (each out resized and cast as aten does; an out whose result
     was not asked for, a backward's masked gradient, is left as it is)."""
     return tuple(o if r is None else write_out(o, r) for o, r in zip(outs, results))
-
-
-def same_device(first: torch.Tensor, *others) -> None:
-    """torch's error when a tensor argument (None skipped) is not on ``first``'s device: the kernels take
-    device addresses, so a CPU tensor must never reach them."""
-    for t in others:
-        if t is not None and t.device != first.device:
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                               f"{first.device} and {t.device}!")
