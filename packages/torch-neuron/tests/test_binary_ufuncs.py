@@ -350,3 +350,23 @@ def test_changing_scalars_stop_tracing(strict):
             sizes.append(len(launch._cache))
         check(xd, xc)
         assert sizes[-1] == sizes[-4], sizes  # no new programs once the values are operands
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_changing_scalars_on_zero_dim_reduced_tensors(strict, dtype):
+    """Once a changing float scalar is a 0-d float32 operand, a 0-d bf16/fp16 tensor times it still gives the
+    tensor's dtype (two 0-d operands would otherwise promote to float32), with the CPU's values."""
+    x = torch.tensor(1.7, dtype=dtype)
+    for v in (0.3, 0.7, 1.1, 1.9, 2.3, 3.1, 0.7071067811865476):
+        for fn in (torch.mul, torch.div):
+            got, expected = fn(x.to("neuron"), v), fn(x, v)
+            assert got.dtype == expected.dtype, (fn, v)
+            torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_pow_rounds_python_float_operands_to_the_reduced_dtype(strict, dtype):
+    x = torch.linspace(0.1, 4, 50).to(dtype)
+    for v in (2.3, 0.3, 1.9, 3.3):
+        for fn in (lambda a, v=v: torch.pow(a, v), lambda a, v=v: torch.pow(v, a)):
+            torch.testing.assert_close(fn(x.to("neuron")).cpu(), fn(x), rtol=0, atol=0)

@@ -119,9 +119,10 @@ def _second(b):
 
 def _opmath_call(plan, kernel, a, b, formula):
     """``kernel(a, b)`` with ``b`` read at full precision. Between two 0-d tensors the kernel would promote to
-    the converted ``b``'s dtype (an int64 count becomes float32, so bf16_sum / count gave float32): a formula
-    then computes in FP32 and rounds once to the result dtype, as torch's CPU kernel does."""
-    if (isinstance(b, torch.Tensor) and b.dim() == 0 and b.dtype not in COMPUTE and isinstance(a, torch.Tensor)
+    the converted ``b``'s dtype (an int64 count becomes float32, so bf16_sum / count gave float32; so would a
+    changing float scalar, passed as a 0-d float32 tensor): a formula then computes in FP32 and rounds once to
+    the result dtype, as torch's CPU kernel does."""
+    if (isinstance(b, torch.Tensor) and b.dim() == 0 and b.dtype is not plan.dtype and isinstance(a, torch.Tensor)
             and a.dim() == 0):
         x, y = inputs(2)
         return call(formula(x, y), (a, Raw(b)), plan.dtype)
@@ -268,6 +269,8 @@ def _pow_ok(plan, self, exponent) -> bool:
 def _pow(plan, self, exponent):
     if plan.R in INTS and (not isinstance(exponent, int) or exponent < 0):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if plan.R in FLOATS:  # a Python float base or exponent is rounded to bfloat16/float16 first, as torch does
+        self, exponent = scalar_to(self, plan.R), scalar_to(exponent, plan.R)
     return ew.pow, (self, exponent), {}
 
 
