@@ -184,6 +184,26 @@ def test_out_and_inplace_variants():
         torch.mm(a.to(DEV), b.to(DEV), out=torch.empty(0, dtype=torch.float16, device=DEV))
 
 
+@pytest.mark.parametrize("la, lb", [("contiguous", "transposed"), ("transposed", "contiguous"),
+                                     ("strided", "contiguous"), ("transposed", "transposed")])
+def test_repeated_signatures_bind_each_calls_tensors(la, lb):
+    """mm/addmm/bmm remember a signature's launch (the fast path): every later call with that signature must
+    compute on its own tensors (offsets into a larger storage included), and other signatures still get checked."""
+    big = torch.randn(9, 16, 16)
+    bias = torch.randn(16)
+    dev, bias_d = big.to(DEV), bias.to(DEV)
+    for i in range(5):
+        a, b = layout(big[i], la), layout(big[i + 1], lb)
+        if la != "strided":  # views at an offset into the same device storage
+            a = dev[i] if la == "contiguous" else dev[i].t().contiguous().t()
+        close(a @ b, big[i] @ big[i + 1])
+        close(torch.addmm(bias_d, a, b, beta=0.5, alpha=2.0), torch.addmm(bias, big[i], big[i + 1], beta=0.5, alpha=2.0))
+        close(torch.addmm(bias_d, a, b), torch.addmm(bias, big[i], big[i + 1]))
+        close(torch.bmm(dev[i:i + 2], dev[i + 2:i + 4]), torch.bmm(big[i:i + 2], big[i + 2:i + 4]))
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(dev[0], dev[0][:8])
+
+
 def test_shape_and_dtype_errors_are_torchs():
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         torch.mm(torch.randn(2, 3).to(DEV), torch.randn(4, 5).to(DEV))

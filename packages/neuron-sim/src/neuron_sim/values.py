@@ -514,6 +514,12 @@ def _blas_threads_wanted() -> int:
         return 1
 
 
+# OpenBLAS runs a GEMM of fewer multiply-adds than this on the calling thread whatever its thread count
+# (interface/gemm.c: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD = 65536 * 4): programs whose matmuls are
+# all smaller skip setting and restoring the count (two library calls per run)
+_BLAS_THREADED_MACS = 65536 * 4
+
+
 def set_blas_threads_local(n: int) -> int | None:
     """Set the BLAS thread count of the calling thread only; return the previous count (None when
     numpy's OpenBLAS lacks the per-thread setter). Runs with matmuls use 1 (``NEURON_SIM_BLAS_THREADS``
@@ -565,7 +571,8 @@ class ValuesPlan:
                         self.sbuf_hi = max(self.sbuf_hi, hi)
                     else:
                         self.psum_hi = max(self.psum_hi, hi)
-        self.has_matmul = any(isinstance(ins, isa.Matmul) for ins in program.instructions)
+        self.has_matmul = any(isinstance(ins, isa.Matmul) and ins.stationary.partitions * ins.stationary.free_size
+                              * ins.moving.free_size >= _BLAS_THREADED_MACS for ins in program.instructions)
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def bind(self, core: CoreMemory) -> list[Step | None]:

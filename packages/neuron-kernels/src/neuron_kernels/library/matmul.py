@@ -748,6 +748,9 @@ class _Gemm(_IO):
                     epi.cache.clear()
                 raw = nl.ndarray((w1, w2), b.dtype, name="biasraw")
                 self.load(raw, _view(b, b.offset + s0 * b.dims[1][1], ((w1, 0), (w2, b.dims[1][1]))))
+                if beta == 1.0:  # the epilogue's add reads any dtype: nothing to scale or widen
+                    epi.cache[key] = ("full", raw)
+                    return epi.cache[key]
                 t = nl.ndarray((w1, w2), nl.float32, name="biasrow")
                 nisa.tensor_scalar(t, raw, Alu.multiply, beta, engine=Engine.GPSIMD)
                 epi.cache[key] = ("full", t)

@@ -21,7 +21,7 @@ from neuron_kernels.library import matmul, movement
 
 from .checks import meta_result, out_dtype_error, same_device, zeros
 from .common import run_on_cpu, write_out
-from .launch import run
+from .launch import execute, prepared, run
 from .registry import impl
 
 aten = torch.ops.aten
@@ -70,9 +70,9 @@ def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True) -> tor
         return run(op, ew.add, prod, _bias2d(bias, m, n).contiguous(), alpha=beta)[0]
     (x, ta), (y, tb) = _last2(a), _last2(b)
     if bias is None:
-        return run(op, matmul.matmul, x, y, transpose_a=ta, transpose_b=tb)[0]
-    return run(op, matmul.addmm, _bias2d(bias, m, n), x, y, alpha=float(alpha), beta=float(beta),
-               transpose_a=ta, transpose_b=tb)[0]
+        return _launch(op, (a, b), matmul.matmul, (x, y), dict(transpose_a=ta, transpose_b=tb))
+    return _launch(op, (bias, a, b), matmul.addmm, (_bias2d(bias, m, n), x, y),
+                   dict(alpha=float(alpha), beta=float(beta), transpose_a=ta, transpose_b=tb))
 
 
 def _bgemm(op: str, a, b, fp32: bool = False) -> torch.Tensor:
@@ -88,7 +88,42 @@ def _bgemm(op: str, a, b, fp32: bool = False) -> torch.Tensor:
     (x, ta), (y, tb) = _last2(a), _last2(b)
     if fp32 and x.dtype != torch.float32:
         x, y = (run(op, movement.copy, t, dtype=torch.float32)[0] for t in (x, y))
-    return run(op, matmul.bmm, x, y, transpose_a=ta, transpose_b=tb)[0]
+    return _launch(op, (a, b), matmul.bmm, (x, y), dict(transpose_a=ta, transpose_b=tb))
+
+
+# -- per-signature fast path -------------------------------------------------------------------------
+# A launch binds tensors by address only, and the views the kernel is given (a transpose, a bias row) start
+# at their tensor's address. So a call whose operands are all such views is remembered by its signature
+# (shapes, strides, dtypes, devices, constants: everything the checks and the view choices depend on) and
+# the next call with that signature goes straight to the prepared launch with the caller's tensors: the
+# per-call overhead of a tiny matmul is the kernel's, not the checks'.
+_FAST: dict = {}
+_FAST_OPS = frozenset({"mm", "bmm", "addmm"})  # the ops that look their calls up (others share _gemm)
+
+
+def _signature(op: str, tensors, consts=()) -> tuple:
+    return (op, *consts, *[(t.shape, t.stride(), t.dtype, t.get_device()) for t in tensors])
+
+
+def _launch(op: str, tensors, kernel, args, kwargs) -> torch.Tensor:
+    """Run ``kernel(*args, **kwargs)``; remember the launch for ``tensors``' signature when every argument is
+    a view at the address of the tensor in the same place (no operand was copied)."""
+    launch = prepared(kernel, args, kwargs)
+    if op in _FAST_OPS and all(x.data_ptr() == t.data_ptr() for x, t in zip(args, tensors)):
+        _FAST[_signature(op, tensors, _consts(kwargs))] = (launch, kwargs)
+    return execute(op, launch, args, kwargs)[0]
+
+
+def _consts(kwargs) -> tuple:
+    return tuple((k, v) for k, v in kwargs.items() if k in ("alpha", "beta"))
+
+
+def _fast(op: str, tensors, consts=()) -> torch.Tensor | None:
+    hit = _FAST.get(_signature(op, tensors, consts))
+    if hit is None:
+        return None
+    launch, kwargs = hit
+    return execute(op, launch, tensors, kwargs)[0]
 
 
 def _native(*tensors) -> bool:
@@ -106,6 +141,9 @@ def _strict_out(overload, out: torch.Tensor, result: torch.Tensor, *args, **kwar
 # -- mm / bmm ----------------------------------------------------------------------------------------
 @impl("mm")
 def mm(a, b):
+    hit = _fast("mm", (a, b))
+    if hit is not None:
+        return hit
     meta_result(aten.mm.default, a, b)
     if not _native(a, b):
         return run_on_cpu(aten.mm.default, a, b)
@@ -119,6 +157,9 @@ def mm_out(a, b, *, out):
 
 @impl("bmm")
 def bmm(a, b):
+    hit = _fast("bmm", (a, b))
+    if hit is not None:
+        return hit
     meta_result(aten.bmm.default, a, b)
     if not _native(a, b):
         return run_on_cpu(aten.bmm.default, a, b)
@@ -133,6 +174,9 @@ def bmm_out(a, b, *, out):
 # -- addmm / baddbmm / addbmm ----------------------------------------------------------------------
 @impl("addmm")
 def addmm(bias, a, b, *, beta=1, alpha=1):
+    hit = _fast("addmm", (bias, a, b), (("alpha", float(alpha)), ("beta", float(beta))))
+    if hit is not None:
+        return hit
     meta_result(aten.addmm.default, bias, a, b, beta=beta, alpha=alpha)
     if not _native(bias, a, b):
         return run_on_cpu(aten.addmm.default, bias, a, b, beta=beta, alpha=alpha)
