@@ -101,9 +101,14 @@ def test_non_contiguous_heads_from_a_projection():
     split = lambda t: [x.view(b, s, h, d).transpose(1, 2) for x in t.split(h * d, dim=2)]
     want = F.scaled_dot_product_attention(*split(qkv), is_causal=True)
     fwd = native_calls(FWD)
-    got = F.scaled_dot_product_attention(*split(qkv.to(DEV)), is_causal=True)
+    qkv_d = qkv.to(DEV).requires_grad_()
+    got = F.scaled_dot_product_attention(*split(qkv_d), is_causal=True)
     assert native_calls(FWD) == fwd + 1
     close(got, want, torch.float32)
+    # the output (and the gradients) have the layout aten gives: the query's, so this view works as on the CPU
+    assert got.stride() == want.stride()
+    got.transpose(1, 2).view(b, s, h * d).sum().backward()
+    assert qkv_d.grad.shape == qkv.shape
 
 
 UNFUSED = {

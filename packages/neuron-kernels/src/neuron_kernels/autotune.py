@@ -21,10 +21,10 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
 from .errors import KernelError
+from .store import write_atomic
 
 
 def cache_dir() -> pathlib.Path:
@@ -79,18 +79,10 @@ def describe_signature(signature_key: tuple) -> str:
 def record(signature_key: tuple, config: dict, device_ns: float, trials: list[dict]) -> pathlib.Path:
     """Write the best configuration atomically."""
     path = entry_path(signature_key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     entry = {"key": repr(signature_key), "kernel": signature_key[0], "version": signature_key[1],
              "profile": signature_key[2], "signature": describe_signature(signature_key), "config": config,
              "device_ns": device_ns, "trials": trials, "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(entry, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(entry, indent=1, sort_keys=True))
     return path
 
 

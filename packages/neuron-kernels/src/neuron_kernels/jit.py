@@ -66,6 +66,7 @@ class Kernel:
             if not choices:
                 raise KernelError(f"kernel {self.name!r}: tunable {k!r} has no choices")
         self._programs: dict[tuple, Program] = {}
+        self.store = None  # a ProgramStore (neuron_kernels.store) to share traces across processes
         self.last_report: ExecutionReport | None = None
         functools.update_wrapper(self, fn)
 
@@ -111,7 +112,13 @@ class Kernel:
         key = self._key(bound, prof)
         program = self._programs.get(key)
         if program is None:
-            program = self._programs[key] = self._trace(bound, prof)
+            store = self.store
+            program = store.load(self, key) if store is not None else None
+            if program is None:
+                program = self._trace(bound, prof)
+                if store is not None:
+                    store.save(self, key, program)
+            self._programs[key] = program
         return program
 
     def _trace(self, bound: inspect.BoundArguments, profile: Profile) -> Program:

@@ -8,6 +8,7 @@ native_calls: Counter[str] = Counter()
 fallback_calls: Counter[str] = Counter()
 device_ns: defaultdict[str, float] = defaultdict(float)
 launches: Counter[str] = Counter()
+compile_counts: Counter[str] = Counter()  # graphs and fused regions compiled, program cache hits and misses
 observers: list = []  # callables (op, ns) told of every native op, e.g. an active profiler
 
 
@@ -17,6 +18,10 @@ def record_native(op: str, ns: float, programs: int = 1) -> None:
     launches[op] += programs
     for observe in observers:
         observe(op, ns)
+
+
+def record_compile(event: str, n: int = 1) -> None:
+    compile_counts[event] += n
 
 
 def metrics() -> dict:
@@ -29,11 +34,12 @@ def metrics() -> dict:
         "device_ns_total": sum(device_ns.values()),
         "native_ops": len(native_calls),
         "fallback_ops": len(fallback_calls),
+        "compile": dict(compile_counts),
     }
 
 
 def reset_metrics() -> None:
-    for counter in (native_calls, fallback_calls, device_ns, launches):
+    for counter in (native_calls, fallback_calls, device_ns, launches, compile_counts):
         counter.clear()
 
 

@@ -20,7 +20,7 @@ import torch
 
 from neuron_kernels.library import attention as kattn
 
-from .checks import same_device
+from .checks import meta_result, same_device
 from .common import contig
 from .launch import run
 from .linalg import FLOATS
@@ -99,7 +99,9 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
     sq, skv = q.shape[-2], k.shape[-2]
     out, lse = run("scaled_dot_product_attention", kattn.flash_attention_fwd, _heads(q), _heads(k), _heads(v),
                    scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv))
-    out = out.view(q.shape)
+    meta = meta_result(torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default, q, k, v, attn_bias,
+                       dropout_p, is_causal, return_debug_mask, scale=scale)
+    out = _in_layout(out.view(q.shape), meta[0])
     lse = lse.view(*q.shape[:-1]) if q.dim() == 4 else lse.view(1, *q.shape[:-1])
     seed = torch.empty((), dtype=torch.int64, device=q.device)
     return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
@@ -116,4 +118,15 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     dq, dk, dv = run("scaled_dot_product_attention_backward", kattn.flash_attention_bwd, _heads(grad_out),
                      _heads(q), _heads(k), _heads(v), _heads(out), contig(logsumexp).reshape(-1, q.shape[-2]),
                      scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv))
-    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None
+    meta = meta_result(torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward.default, grad_out, q,
+                       k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
+                       is_causal, philox_seed, philox_offset, scale=scale)
+    return (*(_in_layout(g.view(t.shape), m) for g, t, m in zip((dq, dk, dv), (q, k, v), meta)), None)
+
+
+def _in_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Contiguous kernel output ``t`` in the memory layout aten gives the result (``like``, its meta tensor):
+    attention outputs follow the query's layout, and compiled graphs view them as aten says they are."""
+    if t.stride() == like.stride() or t.numel() <= 1:
+        return t
+    return torch.empty_strided(like.shape, like.stride(), dtype=t.dtype, device=t.device).copy_(t)

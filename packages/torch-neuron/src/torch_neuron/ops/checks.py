@@ -26,7 +26,7 @@ _CONST_CACHE_SIZE = 64
 
 def _sig(v):
     if isinstance(v, torch.Tensor):
-        return (tuple(v.shape), v.dtype)
+        return (tuple(v.shape), v.stride(), v.dtype)  # strides: some meta results follow the input's layout
     if isinstance(v, list | tuple):
         return (type(v).__name__, *map(_sig, v))
     if isinstance(v, dict):

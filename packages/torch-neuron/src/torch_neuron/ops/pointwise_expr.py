@@ -236,3 +236,35 @@ def call_named(key: str, build, tensors, out_dtype):
 def named_formula(x0, x1=None, x2=None, x3=None, key=None, out_dtype=None, tile_bytes=ew.TILE_BYTES[0]):
     """``formula`` over the registered formula ``key`` (see ``call_named``)."""
     return formula.fn(x0, x1, x2, x3, expr=_NAMED[key], out_dtype=out_dtype, tile_bytes=tile_bytes)
+
+
+# -- several formulas over shared inputs: the fused regions of a compiled graph ---------------------------------
+MAX_GRAPH_INPUTS = 8
+
+
+@kernel(name="pointwise_graph", tunables={"tile_bytes": ew.TILE_BYTES})
+def graph_formula(x0, x1=None, x2=None, x3=None, x4=None, x5=None, x6=None, x7=None, exprs=(), out_dtypes=(),
+                  tile_bytes=ew.TILE_BYTES[0]):
+    """Each of ``exprs`` over the broadcast inputs x0..x7, evaluated in one pass over the tiles (shared
+    subexpressions once) and rounded once to its ``out_dtypes`` entry: one program for a chain of elementwise
+    ops whose several values are needed outside it."""
+    xs = (x0, x1, x2, x3, x4, x5, x6, x7)
+    ops = [ew.operand(x, "graph_formula", f"x{i}") for i, x in enumerate(xs) if x is not None]
+    shape = ew.broadcast_shapes(*[o.shape for o in ops], op="graph_formula")
+
+    def body(ctx, ins):
+        ev = _Eval(ctx, ins)
+        outs = []
+        for e, d in zip(exprs, out_dtypes):
+            out = ctx.tile(d)
+            if DType.of(d) is F32 and isinstance(e, tuple) and e[0] != "x" and e not in ev.memo:
+                ev(e, dst=out)  # an FP32 output tile is also the node's value for the later formulas
+            else:  # other dtypes round a copy: later formulas read the FP32 value, not the rounded one
+                v = ev._tile_of(e) if isinstance(e, tuple) else ev(e)
+                nisa.tensor_copy(out, v.full) if v.full is not None else nisa.memset(out, v.imm)
+            outs.append(out)
+        return outs
+
+    seen: set = set()
+    temps = sum(_count(e, seen) for e in exprs)
+    return ew.run_elementwise("graph_formula", shape, ops, list(out_dtypes), body, tile_bytes, temps=temps)

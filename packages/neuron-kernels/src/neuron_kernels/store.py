@@ -1,0 +1,87 @@
+"""A content-addressed on-disk store of traced programs, shared by processes.
+
+A kernel with a store (``kernel.store = ProgramStore(path)``) looks a trace up there before tracing and
+writes what it traced. An entry is addressed by the SHA-256 of everything its program depends on: the
+kernel's name and version, the profile, the argument shapes, dtypes and constants (its trace key), and a
+fingerprint of the code that traces it (the sources of neuron_hal, neuron_kernels and the kernel's own
+module), so editing a kernel or upgrading a package never reads a stale program. Entries are written whole
+to a temporary name and renamed into place: concurrent writers never tear an entry, readers never see a
+partial one, and an unreadable entry is a miss that the next write replaces.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+from neuron_hal.program import Program
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+@functools.cache
+def _sources_digest(*modules: str) -> str:
+    """SHA-256 over the source files of the given packages/modules (sorted by path)."""
+    h = hashlib.sha256()
+    for name in modules:
+        module = sys.modules.get(name) or __import__(name)
+        root = pathlib.Path(inspect.getfile(module))
+        files = sorted(root.parent.rglob("*.py")) if root.name == "__init__.py" else [root]
+        for f in files:
+            h.update(str(f.relative_to(root.parent)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+class ProgramStore:
+    """Programs on disk under ``root``, with hit/miss/write counters of this process."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = pathlib.Path(root)
+        self.hits = self.misses = self.writes = 0
+
+    def address(self, kernel, key: tuple) -> str:
+        code = _sources_digest("neuron_hal", "neuron_kernels", kernel.fn.__module__)
+        return hashlib.sha256(repr((kernel.name, kernel.version, key, code)).encode()).hexdigest()
+
+    def _path(self, kernel, address: str) -> pathlib.Path:
+        return self.root / f"{kernel.name}-{address[:32]}.json"
+
+    def load(self, kernel, key: tuple) -> Program | None:
+        address = self.address(kernel, key)
+        try:
+            entry = json.loads(self._path(kernel, address).read_text())
+            if entry["address"] != address:
+                raise ValueError("address mismatch")
+            program = Program.from_dict(entry["program"])
+        except (OSError, ValueError, KeyError, TypeError):  # absent, torn by a crash, or another format
+            self.misses += 1
+            return None
+        self.hits += 1
+        return program
+
+    def save(self, kernel, key: tuple, program: Program) -> None:
+        address = self.address(kernel, key)
+        try:
+            text = json.dumps({"address": address, "kernel": kernel.name, "program": program.to_dict()})
+            write_atomic(self._path(kernel, address), text)
+        except (OSError, TypeError):  # a read-only or full cache directory costs a retrace, nothing else
+            return
+        self.writes += 1

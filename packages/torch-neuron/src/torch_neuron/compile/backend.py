@@ -1,0 +1,42 @@
+"""``torch.compile(backend="neuron")``: Dynamo graphs through AOTAutograd into the neuron graph compiler.
+
+AOTAutograd traces the forward and the backward into functional aten graphs (no decompositions beyond
+the ones the dispatcher applies itself: matmuls, softmax, norms, attention and the fused optimizer
+steps keep their single-kernel ops) and partitions them with the min-cut rematerializer, which recomputes
+cheap elementwise values in the backward instead of saving them. Each graph then goes through ``graph.fuse``.
+Dynamo finds the backend through the ``torch_dynamo_backends`` entry point.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from torch._dynamo.backends.common import aot_autograd
+
+from ..metrics import record_compile
+from . import cache
+from .graph import fuse
+
+log = logging.getLogger("torch_neuron.compile")
+
+
+def _compiler(kind: str):
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        cache.enable()
+        gm, regions = fuse(gm)
+        record_compile(f"{kind}_graphs")
+        record_compile("fused_regions", len(regions))
+        log.debug("neuron %s graph: %d fused regions\n%s", kind, len(regions), gm.code)
+        return make_boxed_func(gm.forward)
+    return compile_graph
+
+
+backend = aot_autograd(
+    fw_compiler=_compiler("forward"),
+    bw_compiler=_compiler("backward"),
+    inference_compiler=_compiler("inference"),
+    partition_fn=min_cut_rematerialization_partition,
+    keep_inference_input_mutations=True,
+)

@@ -1,0 +1,55 @@
+"""The neuron graph compiler: an AOTAutograd graph in, a GraphModule calling fused regions and eager ops out.
+
+Each fused region (``fusion.partition``) becomes one call of a ``FusedRegion`` at the place of its last node;
+its values read elsewhere come out of the call's result tuple. Everything else stays an aten call on neuron
+tensors, which runs the op's own kernel (matmuls, softmax, norms and attention are single fused library
+kernels already).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from .fusion import external_inputs, outputs, partition
+from .region import FusedRegion
+
+
+def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
+    """Rewrite ``gm`` in place; returns it and its fused regions."""
+    graph = gm.graph
+    _reshape_views(graph)
+    fused = []
+    for region in partition(graph):
+        outs = outputs(region)
+        region.inputs = external_inputs(region)  # earlier regions' outputs are getitem nodes now
+        kernel = FusedRegion(region.nodes, region.inputs, outs)
+        fused.append(kernel)
+        last = region.nodes[-1]
+        with graph.inserting_after(last):
+            call = graph.call_function(kernel, tuple(region.inputs))
+        inside = set(region.nodes)
+        with graph.inserting_after(call):
+            for i, n in enumerate(outs):
+                item = graph.call_function(operator.getitem, (call, i))
+                item.meta["val"] = n.meta.get("val")
+                n.replace_all_uses_with(item, delete_user_cb=lambda u, inside=inside: u not in inside)
+        for n in reversed(region.nodes):
+            graph.erase_node(n)
+    graph.lint()
+    gm.recompile()
+    return gm, fused
+
+
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
+def _reshape_views(graph: fx.Graph) -> None:
+    """``view`` nodes become ``reshape``: the graph was traced with meta strides, and an eager kernel may give
+    another (dense) layout, which reshape copies where view would fail. The graph is functional, so nothing
+    depends on the aliasing."""
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target in _VIEWS:
+            n.target = torch.ops.aten.reshape.default

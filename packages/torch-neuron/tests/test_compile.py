@@ -1,0 +1,244 @@
+"""torch.compile(backend="neuron"): compiled equals eager (forward and backward, float32 and bf16 autocast),
+elementwise chains fuse into one program, dynamic shapes compile once, graph breaks and fullgraph work, and
+the on-disk program cache is shared by processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from torch_neuron.models import GPT, GPTConfig
+from torch_neuron.models.gpt import Block
+
+DEV = "neuron"
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURON_COMPILE_CACHE", str(tmp_path / "programs"))
+    torch._dynamo.reset()
+    torch.neuron.reset_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def compile_counts() -> dict:
+    return torch.neuron.metrics()["compile"]
+
+
+def programs(prefix: str = "fused:") -> int:
+    return sum(n for op, n in torch.neuron.metrics()["programs"].items() if op.startswith(prefix))
+
+
+def test_backend_is_registered():
+    assert "neuron" in torch._dynamo.list_backends()
+
+
+def chain(x, y):
+    return (torch.sigmoid(x) * y + x.exp() - 1.0).relu() * 0.5 + torch.where(x > y, x, (y * x).tanh())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_elementwise_chain_is_one_program(dtype):
+    x, y = torch.randn(33, 70, dtype=dtype), torch.randn(70, dtype=dtype)
+    compiled = torch.compile(chain, backend="neuron")
+    got = compiled(x.to(DEV), y.to(DEV))
+    assert programs() == 1 and sum(torch.neuron.metrics()["programs"].values()) == 1
+    # one rounding at the end (eager rounds every op): compare with the float32 computation rounded once
+    torch.testing.assert_close(got.cpu(), chain(x.float(), y.float()).to(dtype), **TOL[dtype])
+
+
+def test_region_values_used_outside_are_outputs():
+    def f(x):
+        a = x * 2.0 + 1.0
+        b = a.exp()
+        return a.sum(), (b * a).sum(dim=0), b
+    x = torch.randn(8, 16)
+    got = torch.compile(f, backend="neuron")(x.to(DEV))
+    for g, e in zip(got, f(x)):
+        torch.testing.assert_close(g.cpu(), e, **TOL[torch.float32])
+
+
+def _train_grads(model, inputs, compiled: bool, dtype):
+    model = model.to(DEV)
+    run = torch.compile(model, backend="neuron") if compiled else model
+    with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+        out = run(*[i.to(DEV) for i in inputs])
+        out = out[0] if isinstance(out, tuple) else out
+        loss = out.float().pow(2).mean()
+    loss.backward()
+    return out.detach().cpu(), [p.grad.cpu() for p in model.parameters()]
+
+
+def _mlp():
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.SiLU(), nn.LayerNorm(64), nn.Linear(64, 8))
+
+
+def _cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 8, 3), nn.Tanh(), nn.Flatten(), nn.Linear(8 * 2 * 2, 10))
+
+
+CASES = {
+    "mlp": (_mlp, lambda: (torch.randn(16, 32),)),
+    "cnn": (_cnn, lambda: (torch.randn(4, 3, 8, 8),)),
+    "gpt_block": (lambda: Block(GPTConfig(n_embd=32, n_head=4)), lambda: (torch.randn(2, 16, 32),)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_equals_eager_forward_and_backward(case, dtype):
+    make, inputs = CASES[case]
+    torch.manual_seed(0)
+    eager_model = make()
+    compiled_model = make()
+    compiled_model.load_state_dict(eager_model.state_dict())
+    x = inputs()
+    out_e, grads_e = _train_grads(eager_model, x, False, dtype)
+    out_c, grads_c = _train_grads(compiled_model, x, True, dtype)
+    assert compile_counts().get("backward_graphs", 0) >= 1
+    torch.testing.assert_close(out_c, out_e, **TOL[dtype])
+    for gc, ge in zip(grads_c, grads_e):
+        torch.testing.assert_close(gc, ge, **TOL[dtype])
+
+
+def test_hugging_face_causal_lm_matches_eager():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 128, (2, 16))
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg).to(DEV)
+        run = torch.compile(model, backend="neuron") if compiled else model
+        out = run(ids.to(DEV), labels=ids.to(DEV))
+        out.loss.backward()
+        results.append((out.logits.detach().cpu(), out.loss.item(), model.model.embed_tokens.weight.grad.cpu()))
+    (le, loss_e, ge), (lc, loss_c, gc) = results
+    torch.testing.assert_close(lc, le, **TOL[torch.float32])
+    assert abs(loss_c - loss_e) < 1e-5
+    torch.testing.assert_close(gc, ge, **TOL[torch.float32])
+    assert programs() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_loop_matches_eager(dtype):
+    cfg = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
+    losses = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = GPT(cfg).to(DEV)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
+        run = torch.compile(model, backend="neuron", fullgraph=True) if compiled else model
+        losses[compiled] = []
+        for _ in range(4):
+            with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+                _, loss = run(x.to(DEV), y.to(DEV))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses[compiled].append(loss.item())
+    assert losses[True][-1] < losses[True][0]
+    torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), **TOL[dtype])
+
+
+def test_dynamic_shapes_compile_once():
+    compiled = torch.compile(chain, backend="neuron", dynamic=True)
+    for n in (3, 8, 17, 64):
+        x, y = torch.randn(n, 5), torch.randn(5)
+        torch.testing.assert_close(compiled(x.to(DEV), y.to(DEV)).cpu(), chain(x, y), **TOL[torch.float32])
+    assert compile_counts()["inference_graphs"] == 1
+
+
+def test_mark_dynamic_compiles_once_after_the_marked_call():
+    compiled = torch.compile(chain, backend="neuron")
+    for n in (4, 9, 31):
+        x = torch.randn(n, 6).to(DEV)
+        torch._dynamo.mark_dynamic(x, 0)
+        y = torch.randn(6).to(DEV)
+        torch.testing.assert_close(compiled(x, y).cpu(), chain(x.cpu(), y.cpu()), **TOL[torch.float32])
+    assert compile_counts()["inference_graphs"] == 1
+
+
+def test_graph_breaks_run_between_compiled_graphs():
+    def f(x):
+        a = (x * 2.0).exp() + 1.0
+        if a.sum().item() > 0:  # data-dependent: a graph break
+            a = a * 3.0 - 1.0
+        print("", end="")  # another break
+        return (a.sigmoid() * 0.5 + a).sum(dim=-1)
+    x = torch.randn(6, 10)
+    got = torch.compile(f, backend="neuron")(x.to(DEV))
+    torch.testing.assert_close(got.cpu(), f(x), **TOL[torch.float32])
+    assert compile_counts()["inference_graphs"] >= 2
+
+
+def test_a_region_the_kernel_cannot_take_runs_op_by_op(monkeypatch):
+    from torch_neuron.compile import region
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("SBUF budget exceeded (test)")
+    monkeypatch.setattr(region, "prepared", refuse)
+    x, y = torch.randn(5, 7), torch.randn(7)
+    with pytest.warns(UserWarning, match="runs op by op"):
+        got = torch.compile(chain, backend="neuron")(x.to(DEV), y.to(DEV))
+    torch.testing.assert_close(got.cpu(), chain(x, y), **TOL[torch.float32])
+
+
+_CHILD = textwrap.dedent("""
+    import json, torch
+    def f(x, y):
+        return (torch.sigmoid(x) * y + x.exp() - 1.0).relu() * 0.5
+    x = torch.arange(12.0).reshape(3, 4).to("neuron")
+    out = torch.compile(f, backend="neuron")(x, x + 1)
+    print(json.dumps({"counts": torch.neuron.metrics()["compile"], "sum": out.sum().item()}))
+""")
+
+
+def _child(env) -> dict:
+    done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_program_cache_is_shared_across_processes_and_survives_corruption(tmp_path):
+    env = {**os.environ, "TORCH_NEURON_COMPILE_CACHE": str(tmp_path / "shared")}
+    cold = _child(env)
+    assert cold["counts"].get("cache_misses") == 1 and cold["counts"].get("cache_writes") == 1
+    warm = _child(env)
+    assert warm["counts"].get("cache_hits") == 1 and "cache_misses" not in warm["counts"]
+    assert warm["sum"] == cold["sum"]
+    (entry,) = (tmp_path / "shared").iterdir()
+    entry.write_text(entry.read_text()[:100])  # a torn entry (a crash mid-write elsewhere) is a miss
+    again = _child(env)
+    assert again["counts"].get("cache_misses") == 1 and again["sum"] == cold["sum"]
+
+
+def test_concurrent_processes_share_the_cache(tmp_path):
+    env = {**os.environ, "TORCH_NEURON_COMPILE_CACHE": str(tmp_path / "shared")}
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    sums = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        sums.append(json.loads(out.strip().splitlines()[-1])["sum"])
+    assert sums[0] == sums[1]
+    assert [p.suffix for p in (tmp_path / "shared").iterdir()] == [".json"]  # no temporary files left
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _child(env)["counts"].get("cache_hits") == 1
