@@ -21,15 +21,17 @@ def install(session, *extra):
 # under pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
 # dead run.
 DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
-TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest", "safetensors")
+TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest", "safetensors", "transformers")
 
 
 @nox.session(python=PYTHON)
 def test(session):
     """Install the packages and run every package's tests (the test databases subsampled), on 2 workers."""
     install(session, *TEST_DEPS)
+    # programs are traced in each test process (TORCH_NEURON_COMPILE_CACHE=off): tests that define kernels must
+    # not read another test's traces; the cache's own tests point it at their own directories
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *TESTS, *session.posargs,
-                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "TORCH_NEURON_COMPILE_CACHE": "off"})
 
 
 @nox.session(python=PYTHON)
@@ -38,7 +40,8 @@ def opinfo(session):
     (ops passing all samples, % native); `nox -s opinfo -- --update-exclusions` rewrites
     packages/torch-neuron/tests/opinfo_exclusions.toml from the failures of the run."""
     install(session, *TEST_DEPS)
-    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "TORCH_NEURON_OPINFO_SAMPLES": "all"}
+    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "TORCH_NEURON_OPINFO_SAMPLES": "all",
+           "TORCH_NEURON_COMPILE_CACHE": "off"}
     updating = "--update-exclusions" in session.posargs
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--timeout", "3600", *DB_TESTS,
                 *session.posargs, env=env, success_codes=[0, 1] if updating else [0])
@@ -58,6 +61,7 @@ def bench(session):
     session.run("python", "bench/run.py", *session.posargs, env=env)
     session.run("python", "bench/kernels.py", env=env)
     session.run("python", "bench/torch_ops.py", env=env)
+    session.run("python", "bench/compile.py", env=env)
 
 
 @nox.session(python=PYTHON)

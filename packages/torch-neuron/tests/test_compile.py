@@ -24,11 +24,15 @@ TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2
 
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
+    from torch_neuron import program_cache
+
     monkeypatch.setenv("TORCH_NEURON_COMPILE_CACHE", str(tmp_path / "programs"))
     torch._dynamo.reset()
     torch.neuron.reset_metrics()
     yield
     torch._dynamo.reset()
+    monkeypatch.undo()
+    program_cache.enable()  # back to the session's cache setting for the tests that follow
 
 
 def compile_counts() -> dict:
@@ -218,11 +222,12 @@ def _child(env) -> dict:
 def test_program_cache_is_shared_across_processes_and_survives_corruption(tmp_path):
     env = {**os.environ, "TORCH_NEURON_COMPILE_CACHE": str(tmp_path / "shared")}
     cold = _child(env)
-    assert cold["counts"].get("cache_misses") == 1 and cold["counts"].get("cache_writes") == 1
+    traced = cold["counts"]["cache_misses"]  # the fused region and the eager ops around it
+    assert traced >= 2 and cold["counts"].get("cache_writes") == traced
     warm = _child(env)
-    assert warm["counts"].get("cache_hits") == 1 and "cache_misses" not in warm["counts"]
+    assert warm["counts"].get("cache_hits") == traced and "cache_misses" not in warm["counts"]
     assert warm["sum"] == cold["sum"]
-    (entry,) = (tmp_path / "shared").iterdir()
+    (entry,) = (tmp_path / "shared").glob("pointwise_graph-*.json")
     entry.write_text(entry.read_text()[:100])  # a torn entry (a crash mid-write elsewhere) is a miss
     again = _child(env)
     assert again["counts"].get("cache_misses") == 1 and again["sum"] == cold["sum"]
@@ -238,7 +243,7 @@ def test_concurrent_processes_share_the_cache(tmp_path):
         assert p.returncode == 0, err[-3000:]
         sums.append(json.loads(out.strip().splitlines()[-1])["sum"])
     assert sums[0] == sums[1]
-    assert [p.suffix for p in (tmp_path / "shared").iterdir()] == [".json"]  # no temporary files left
+    assert {p.suffix for p in (tmp_path / "shared").iterdir()} == {".json"}  # no temporary files left
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _child(env)["counts"].get("cache_hits") == 1
+        assert "cache_misses" not in _child(env)["counts"]

@@ -197,7 +197,8 @@ def test_repeated_signatures_bind_each_calls_tensors(la, lb):
         if la != "strided":  # views at an offset into the same device storage
             a = dev[i] if la == "contiguous" else dev[i].t().contiguous().t()
         close(a @ b, big[i] @ big[i + 1])
-        close(torch.addmm(bias_d, a, b, beta=0.5, alpha=2.0), torch.addmm(bias, big[i], big[i + 1], beta=0.5, alpha=2.0))
+        scaled = dict(beta=0.5, alpha=2.0)
+        close(torch.addmm(bias_d, a, b, **scaled), torch.addmm(bias, big[i], big[i + 1], **scaled))
         close(torch.addmm(bias_d, a, b), torch.addmm(bias, big[i], big[i + 1]))
         close(torch.bmm(dev[i:i + 2], dev[i + 2:i + 4]), torch.bmm(big[i:i + 2], big[i + 2:i + 4]))
     with pytest.raises(RuntimeError, match="cannot be multiplied"):

@@ -25,6 +25,7 @@ import numpy as np
 from neuron_hal import DType, ExecutionReport, Profile, Program, ProgramError, get_driver, get_profile
 
 from .errors import KernelError
+from .store import default_store
 from .tensors import View
 from .tracer import Builder
 
@@ -66,7 +67,7 @@ class Kernel:
             if not choices:
                 raise KernelError(f"kernel {self.name!r}: tunable {k!r} has no choices")
         self._programs: dict[tuple, Program] = {}
-        self.store = None  # a ProgramStore (neuron_kernels.store) to share traces across processes
+        self.store = None  # this kernel's ProgramStore, else store.default_store()
         self.last_report: ExecutionReport | None = None
         functools.update_wrapper(self, fn)
 
@@ -112,7 +113,7 @@ class Kernel:
         key = self._key(bound, prof)
         program = self._programs.get(key)
         if program is None:
-            store = self.store
+            store = self.store if self.store is not None else default_store()
             program = store.load(self, key) if store is not None else None
             if program is None:
                 program = self._trace(bound, prof)

@@ -96,8 +96,9 @@ def _register() -> None:
                                                          for_storage=True)
     rt = runtime()
     _C._init(rt, rt.device_count())
-    from . import compat, ops
+    from . import compat, ops, program_cache
 
+    program_cache.enable()
     ops.register()
     compat.register(ops.registry.LIB)
 

@@ -16,7 +16,7 @@ import torch
 
 from neuron_kernels.library import elementwise as ew
 
-from .pointwise_base import COMPUTE, FLOATS, INTS, Raw, dynamic, pointwise, scalar_to
+from .pointwise_base import FLOATS, INTS, Raw, dynamic, pointwise, scalar_to
 from .pointwise_expr import Expr, abs_, act, call, fmod, inputs, node_of, rounded, where
 
 

@@ -15,8 +15,8 @@ import torch
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._dynamo.backends.common import aot_autograd
 
+from .. import program_cache
 from ..metrics import record_compile
-from . import cache
 from .graph import fuse
 
 log = logging.getLogger("torch_neuron.compile")
@@ -24,7 +24,7 @@ log = logging.getLogger("torch_neuron.compile")
 
 def _compiler(kind: str):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-        cache.enable()
+        program_cache.enable()  # the directory the environment names now
         gm, regions = fuse(gm)
         record_compile(f"{kind}_graphs")
         record_compile("fused_regions", len(regions))
