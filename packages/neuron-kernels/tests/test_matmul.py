@@ -53,6 +53,14 @@ def test_edge_shapes(m, k, n, ta, tb):
     close(matmul(a, b, ta, tb), reference(a, b, ta, tb), BF16)
 
 
+@pytest.mark.parametrize("n", [18176, 16384 + 1000])
+def test_wide_outputs_whose_last_block_is_narrower(n):
+    """A resident panel ring sized by the first block's segments (Falcon's MLP gradient: K=24, N=18176)."""
+    rng = np.random.default_rng(n)
+    a, b = operands(rng, 64, 24, n, True, False, np.float32)
+    close(matmul(a, b, True, False), reference(a, b, True, False), np.float32)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, BF16])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, True)])
 def test_dtypes(dtype, ta, tb):

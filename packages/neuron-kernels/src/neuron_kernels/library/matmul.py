@@ -310,7 +310,8 @@ class _Panel:
         nseg = math.ceil(fsz / segw)
         if nseg == 1:
             segw = max(segw, wmax)
-        shape = (min(P, kmax), nseg, math.ceil(kmax / P), segw)  # segment-major: segments are contiguous
+        # the ring's tiles hold the widest panel's segments (a narrower last block uses the first few)
+        shape = (min(P, kmax), max(nseg, math.ceil(wmax / segw)), math.ceil(kmax / P), segw)  # segment-major
         if streamed:  # fixed rings: panels of one kind always land in the same few places (no fragmentation)
             self.t = nl.ndarray(shape, dt, name="stream", bufs=g.plan.bufs)
         else:
