@@ -238,6 +238,29 @@ def test_histc(dtype, bins, lo, hi):
     same(out, torch.histc(x, bins, lo, hi))
 
 
+def _integer_histc(x: torch.Tensor, bins: int, lo: int, hi: int) -> torch.Tensor:
+    """CUDA's integer histc (the CPU refuses integers): (x - lo) * bins // (hi - lo), right edge in the last bin."""
+    if lo == hi:
+        lo, hi = int(x.min()), int(x.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    inside = x[(x >= lo) & (x <= hi)].long()
+    b = ((inside - lo) * bins // (hi - lo)).clamp(max=bins - 1)
+    return torch.bincount(b, minlength=bins).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
+@pytest.mark.parametrize("bins,lo,hi", [(8, 0, 7), (3, 0, 7), (5, 2, 2), (16, 0, 0), (4, 10, 200)])
+def test_histc_of_integers_as_cuda_computes_it(dtype, bins, lo, hi):
+    g = torch.Generator().manual_seed(bins + hi)
+    x = torch.randint(0, 220, (300,), generator=g).to(dtype)
+    if hi <= 7:
+        x = x % 9  # a Mixture-of-Experts router's expert ids: mostly inside, a few outside
+    with native():
+        got = torch.histc(x.to(DEV), bins, lo, hi)
+    same(got, _integer_histc(x, bins, lo, hi))
+
+
 def test_histc_errors_and_big_half_take_cpu_path():
     x = torch.tensor([1.0, NAN])
     with pytest.raises(RuntimeError):

@@ -7,8 +7,10 @@ the input dtype. One formula program does the same in FP32 with a rounding to th
 operation for 16-bit floats (FP32 operations on 16-bit values, rounded, are the 16-bit operations), a
 cast and one scatter_add count the bins (FP32 counts, exact below 2**24). torch counts in the input
 dtype, per thread: a 16-bit count above its dtype's exact integers (256 for bfloat16, 2048 for float16)
-depends on torch's threads, so larger 16-bit inputs take the counted CPU path, as do float64 and
-integers (torch refuses them).
+depends on torch's threads, so larger 16-bit inputs take the counted CPU path, as does float64. Integer
+inputs, which the CPU refuses, are binned as CUDA does (integer arithmetic, exact in FP32 for the ranges
+``_int_exact`` admits: Mixture-of-Experts routers count tokens per expert this way); others take the CPU
+path, which raises torch's error.
 """
 
 from __future__ import annotations
@@ -59,8 +61,54 @@ def _bin_expr(dtype: torch.dtype, left: float, right: float, bins: int):
     return where(x.ge(left) * x.le(right), pos, float(bins)).node
 
 
+def _int_bin_expr(left: int, right: int, bins: int):
+    """Bin number of input 0 (an integer tensor read as FP32) as CUDA's integer kernel computes it:
+    ``(x - left) * bins / (right - left)`` in integer arithmetic (floor: the values are non-negative there),
+    the right edge in the last bin. Exact in FP32 while ``(right - left) * bins < 2**24`` (``_int_exact``)."""
+    (x,) = inputs(1)
+    q = ((x - float(left)) * float(bins)) / float(right - left)
+    pos = minimum(q - fmod(q, 1.0), float(bins - 1))
+    return where(x.ge(float(left)) * x.le(float(right)), pos, float(bins)).node
+
+
+_INTS = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+
+
+def _int_exact(left: float, right: float, bins: int, numel: int) -> bool:
+    """FP32 reproduces the integer binning: operands and products below 2**24, edges well inside FP32's
+    exact integers (so a large value that rounds cannot land inside), counts exact."""
+    return (abs(left) < 2**23 and abs(right) < 2**23 and (right - left) * bins < 2**24 and numel < 2**24)
+
+
+def _histc_int(op: str, self, bins: int, lo: float, hi: float):
+    """torch.histc of an integer tensor (CUDA computes it; the CPU refuses integers): edges truncated to
+    the dtype like CUDA's ``min.to<input_t>()``, binned in integer arithmetic; None when not exact here."""
+    edges = _edges(op, self, float(int(lo)), float(int(hi)))
+    if edges is None or not _int_exact(*edges, bins, self.numel()):
+        return None
+    left, right = int(edges[0]), int(edges[1])
+    if self.numel() == 0:
+        return torch.zeros(bins, dtype=self.dtype).to(self.device)
+    x = run(op, movement.copy, contig(self).reshape(-1), dtype=torch.float32)[0]
+    where_to = run(op, formula, x, expr=_int_bin_expr(left, right, bins), out_dtype=DType.float32)[0]
+    return _count(op, where_to, bins, self.dtype)
+
+
+def _count(op: str, where_to: torch.Tensor, bins: int, dtype: torch.dtype) -> torch.Tensor:
+    """Counts of the bin numbers in ``where_to`` (FP32; ``bins`` = no bin) in ``dtype``."""
+    index = run(op, movement.copy, where_to, dtype=torch.int32)[0]
+    ones = torch.ones(where_to.shape[0], dtype=torch.float32).to(where_to.device)
+    zeros = torch.zeros(bins + 1, dtype=torch.float32).to(where_to.device)  # the last one takes what no bin takes
+    counts = run(op, movement.scatter_add, zeros, 0, index, ones)[0]
+    return run(op, movement.copy, counts[:bins], dtype=dtype)[0]
+
+
 def histc(self, bins=100, min=0, max=0):  # noqa: A002
     op = "histc"
+    if self.dtype in _INTS and bins > 0:
+        result = _histc_int(op, self, bins, min, max)
+        if result is not None:
+            return result
     if self.dtype not in EXACT_COUNT or self.numel() >= EXACT_COUNT[self.dtype] or bins <= 0:
         return on_cpu(aten.histc.default, self, bins, min, max)
     edges = _edges(op, self, float(min), float(max))
@@ -70,11 +118,7 @@ def histc(self, bins=100, min=0, max=0):  # noqa: A002
         return torch.zeros(bins, dtype=self.dtype).to(self.device)
     x = contig(self).reshape(-1)
     where_to = run(op, formula, x, expr=_bin_expr(self.dtype, *edges, bins), out_dtype=DType.float32)[0]
-    index = run(op, movement.copy, where_to, dtype=torch.int32)[0]
-    ones = torch.ones(x.shape[0], dtype=torch.float32).to(x.device)
-    zeros = torch.zeros(bins + 1, dtype=torch.float32).to(x.device)  # the last one takes what no bin takes
-    counts = run(op, movement.scatter_add, zeros, 0, index, ones)[0]
-    return run(op, movement.copy, counts[:bins], dtype=self.dtype)[0]
+    return _count(op, where_to, bins, self.dtype)
 
 
 def histc_out(self, bins=100, min=0, max=0, *, out):  # noqa: A002
