@@ -15,9 +15,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from neuron_kernels.errors import KernelError
 from neuron_kernels.library import elementwise as ew
 
-from .launch import run
+from .launch import execute, prepared, run
+from .pointwise_base import scalar_to
+from .pointwise_expr import act, foreach_formula, inputs
 from .registry import impl
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,9 +63,59 @@ class _Kernels:
         return run(self.op, kernel, *args)[0]
 
 
+# the library kernels the expressions use, as formula nodes (one program for the whole list)
+_FORMULAS = {ew.add: lambda a, b: a + b, ew.sub: lambda a, b: a - b, ew.mul: lambda a, b: a * b,
+             ew.div: lambda a, b: a / b, ew.sqrt: lambda a: act("sqrt", a), ew.neg: lambda a: -a}
+
+
+def _symbolic(kernel, *args):
+    return _FORMULAS[kernel](*args)
+
+
+def _apply_fused(op: str, lists, values, expr, inplace: bool):
+    """The whole call as one program per dtype (``foreach_formula``): the results (functional), True (in
+    place), or None when it cannot be: an expression with a kernel that has no formula, a non-contiguous
+    tensor, or a trace the kernel refuses (every group is traced before any runs, so nothing is half done)."""
+    arity = len(lists)
+    xs = inputs(arity + 1)
+    try:
+        node = expr(_symbolic, *xs[:arity], xs[arity] if values is not None else None).node
+    except KeyError:
+        return None
+    first = lists[0]
+    keep = [i for i, t in enumerate(first) if t.numel()]
+    if not all(ts[i].is_contiguous() for ts in lists for i in keep):
+        return None
+    groups: dict = {}
+    for i in keep:
+        groups.setdefault(first[i].dtype, []).append(i)
+    device, launches = first[0].device, []
+    for dtype, idx in groups.items():
+        args = [ts[i] for ts in lists for i in idx]
+        if values is not None:
+            args.append(torch.tensor([values[i] for i in idx], dtype=torch.float32).to(device))
+        kwargs = {"expr": node, "out_dtype": dtype, "inplace": inplace}
+        try:
+            launches.append((idx, prepared(foreach_formula(len(idx), arity, values is not None), args, kwargs),
+                             args, kwargs))
+        except KernelError:
+            return None
+    results = None if inplace else [torch.empty_like(t) for t in first]
+    for idx, launch, args, kwargs in launches:
+        outs = execute(op, launch, args, kwargs)
+        if not inplace:
+            for i, o in zip(idx, outs):
+                results[i] = o
+    return True if inplace else results
+
+
 def _apply(op: str, lists, values, expr, inplace: bool):
     """``expr(k, *tensors_i, s_i)`` for every index i; ``values`` (floats, one per tensor, or None) become
     ``s_i``, a float32 device scalar shaped to broadcast. In place: the result is stored into ``lists[0]``."""
+    fused = _apply_fused(op, lists, values, expr, inplace)
+    if fused is not None:
+        return None if inplace else fused
+    # per tensor (a list the one-program path does not take)
     first = lists[0]
     vec = torch.tensor(values, dtype=torch.float32).to(first[0].device) if values is not None else None
     k, results = _Kernels(op), []
@@ -122,16 +175,23 @@ def _scalars_of(t: torch.Tensor):
     return None if t.is_complex() else t.detach().cpu().tolist()
 
 
-def _binary(kernel, alpha_kernel=None):
-    """Parsers for add/sub/mul/div: ``.Scalar``, ``.ScalarList``, ``.List`` (with alpha), ``.Tensor``."""
+def _binary(kernel, alpha_kernel=None, rounds=False):
+    """Parsers for add/sub/mul/div: ``.Scalar``, ``.ScalarList``, ``.List`` (with alpha), ``.Tensor``.
+    ``rounds``: torch's add/sub convert a float scalar operand to a bfloat16/float16 tensor's dtype first;
+    mul/div use it at full precision (opmath)."""
+
+    def per_tensor(self, values):
+        return [scalar_to(v, t.dtype) for v, t in zip(values, self)] if rounds else list(values)
 
     def with_scalar(self, scalar):
         _check(self)
-        return ([], [scalar] * len(self), lambda k, t, s: k(kernel, t, s)) if _native([self], [scalar]) else None
+        if not _native([self], [scalar]):
+            return None
+        return [], per_tensor(self, [scalar] * len(self)), lambda k, t, s: k(kernel, t, s)
 
     def with_scalars(self, scalars):
         _check(self, scalars=scalars)
-        return ([], list(scalars), lambda k, t, s: k(kernel, t, s)) if _native([self], scalars) else None
+        return ([], per_tensor(self, scalars), lambda k, t, s: k(kernel, t, s)) if _native([self], scalars) else None
 
     def with_list(self, other, alpha=1):
         _check(self, other)
@@ -139,6 +199,7 @@ def _binary(kernel, alpha_kernel=None):
             return None
         if alpha == 1 or alpha_kernel is None:
             return [other], None, lambda k, t, o, s: k(kernel, t, o)
+        # alpha at full precision: CPU's per-element loop does so (its vector loop rounds it to the dtype first)
         return [other], [alpha] * len(self), lambda k, t, o, s: k(kernel, t, k(ew.mul, o, s))
 
     def with_tensor(self, other, alpha=1):
@@ -162,8 +223,8 @@ def _eager_binary(method):
     return eager
 
 
-_family("add", _binary(ew.add, alpha_kernel=ew.mul), _eager_binary("add"))
-_family("sub", {k: v for k, v in _binary(ew.sub, alpha_kernel=ew.mul).items() if k != "Tensor"},
+_family("add", _binary(ew.add, alpha_kernel=ew.mul, rounds=True), _eager_binary("add"))
+_family("sub", {k: v for k, v in _binary(ew.sub, alpha_kernel=ew.mul, rounds=True).items() if k != "Tensor"},
         _eager_binary("sub"))
 _family("mul", _binary(ew.mul), _eager_binary("mul"))
 _family("div", _binary(ew.div), _eager_binary("div"))

@@ -19,12 +19,15 @@ masks (bool/uint8); integer formulas are not expressible here (FP32 is inexact a
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from neuron_hal import Act, Alu, DType
 from neuron_kernels import isa as nisa
 from neuron_kernels.errors import KernelError
 from neuron_kernels.jit import kernel
+from neuron_kernels import language as nl
 from neuron_kernels.library import elementwise as ew
 
 F32 = DType.float32
@@ -268,3 +271,57 @@ def graph_formula(x0, x1=None, x2=None, x3=None, x4=None, x5=None, x6=None, x7=N
     seen: set = set()
     temps = sum(_count(e, seen) for e in exprs)
     return ew.run_elementwise("graph_formula", shape, ops, list(out_dtypes), body, tile_bytes, temps=temps)
+
+
+# -- one formula over every tensor of a list: the _foreach_ ops ---------------------------------------------------
+_FOREACH: dict = {}
+
+
+def foreach_formula(n: int, arity: int, scalars: bool):
+    """The kernel evaluating ``expr`` for each of ``n`` index positions over inputs ``x{j}_{i}`` (j < arity)
+    and, with ``scalars``, the float32 ``scalars[i]`` as input ``arity``: one program for a whole tensor list
+    (a launch per tensor would pay the fixed cost of a program n times: 52 step counters of an AdamW step).
+    In place (``inplace=True``) results go to ``x0_i``; otherwise the kernel returns n new tensors. Tensors
+    are laid out largest first (a tile ring sized by its first, largest tiles takes the smaller ones)."""
+    key = (n, arity, scalars)
+    if key not in _FOREACH:
+        P = inspect.Parameter
+        params = [P(f"x{j}_{i}", P.POSITIONAL_OR_KEYWORD) for j in range(arity) for i in range(n)]
+        params += [P("scalars", P.POSITIONAL_OR_KEYWORD)] if scalars else []
+        params += [P(k, P.KEYWORD_ONLY, default=v) for k, v in
+                   (("expr", None), ("out_dtype", None), ("inplace", False), ("tile_bytes", ew.TILE_BYTES[0]))]
+
+        def body(**kw):
+            expr, out_dtype, inplace = kw["expr"], kw["out_dtype"], kw["inplace"]
+            firsts = [kw[f"x0_{i}"] for i in range(n)]
+            order = sorted(range(n), key=lambda i: -_numel(firsts[i].shape))
+            outs = [None] * n
+            for i in order:
+                xs = [kw[f"x{j}_{i}"] for j in range(arity)]
+                if scalars:  # s[i] as a 0-d operand of a 0-d tensor, else a [1] one that broadcasts
+                    xs.append(kw["scalars"][i] if len(firsts[i].shape) == 0 else kw["scalars"][i:i + 1])
+                ops = [ew.operand(x, "foreach", f"x{j}") for j, x in enumerate(xs)]
+                shape = tuple(firsts[i].shape)
+                out = firsts[i] if inplace else nl.ndarray(shape, out_dtype, buffer=nl.hbm, name=f"out{i}")
+                outs[i] = out
+
+                def tile_body(ctx, ins):
+                    t = ctx.tile(out_dtype)
+                    _Eval(ctx, ins)(expr, dst=t)
+                    return [t]
+
+                ew.Tiler("foreach", shape, ops, [out_dtype], kw["tile_bytes"], temps=_count(expr, set())).run(
+                    tile_body, [out])
+            return None if inplace else tuple(outs)
+
+        body.__signature__ = inspect.Signature(params)
+        _FOREACH[key] = kernel(body, name=f"foreach_formula_{arity}x{n}{'_s' if scalars else ''}",
+                               tunables={"tile_bytes": ew.TILE_BYTES})
+    return _FOREACH[key]
+
+
+def _numel(shape) -> int:
+    out = 1
+    for s in shape:
+        out *= s
+    return out
