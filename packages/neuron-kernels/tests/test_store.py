@@ -97,3 +97,27 @@ def test_kernels_capturing_unprintable_values_are_not_stored(program_store):
 
     captures.trace(TensorSpec((4, 8), F32), profile="trn2")
     assert (program_store.hits, program_store.misses, program_store.writes) == (0, 0, 0)
+
+
+def test_kernels_of_one_name_from_different_functions_do_not_share_entries(program_store):
+    """elementwise.sub and wide_int.sub: same name, same argument signature, different programs."""
+
+    @nk.kernel(name="store_twin")
+    def scale_by_two(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.hbm)
+        t = nl.ndarray(x.shape, x.dtype)
+        nisa.dma_copy(t, x)
+        nisa.tensor_scalar(t, t, nisa.Alu.multiply, 2.0)
+        nisa.dma_copy(out, t)
+        return out
+
+    @nk.kernel(name="store_twin")
+    def copy_only(x):
+        out = nl.ndarray(x.shape, x.dtype, buffer=nl.hbm)
+        nisa.dma_copy(out, x)
+        return out
+
+    spec = TensorSpec((4, 8), F32)
+    first = scale_by_two.trace(spec, profile="trn2")
+    second = copy_only.trace(spec, profile="trn2")
+    assert program_store.hits == 0 and first != second

@@ -76,7 +76,9 @@ class ProgramStore:
         code = _code_digest(kernel.fn.__module__)
         if code is None:
             return None
-        return hashlib.sha256(repr((kernel.name, kernel.version, key, captured, code)).encode()).hexdigest()
+        # the defining function too: kernels of one name in two modules (elementwise.sub, wide_int.sub) differ
+        fn = (kernel.fn.__module__, kernel.fn.__qualname__)
+        return hashlib.sha256(repr((kernel.name, kernel.version, fn, key, captured, code)).encode()).hexdigest()
 
     def _path(self, kernel, address: str) -> pathlib.Path:
         return self.root / f"{kernel.name}-{address[:32]}.json"
