@@ -1,6 +1,6 @@
 """The float special functions (inverse trigonometric/hyperbolic, atan2, hypot, heaviside, erfc/erfcx/erfinv/ndtri,
 lgamma, digamma/polygamma, the Bessel functions j0/j1/y0/y1/i0/i1/k0/k1 and their scaled forms,
-spherical_bessel_j0) on the neuron device against PyTorch CPU:
+spherical_bessel_j0, the orthogonal polynomials special.*_polynomial_*) on the neuron device against PyTorch CPU:
 values over the whole float32 line (NaN, +-inf, +-0, denormals, domain edges, poles), reduced-precision and
 integer inputs, non-contiguous inputs, in-place and out=. Tolerances are op_db's (test_compare_cpu)."""
 
@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_neuron_testing.native import native
 
 SP = torch.special
 UNARY = {
@@ -272,3 +273,99 @@ def test_float64_and_complex_stay_on_the_cpu():
         c = torch.tensor([1 + 1j, -1 - 0.5j])
         torch.testing.assert_close(torch.angle(c.to("neuron")).cpu(), torch.angle(c))
     assert sum(torch.neuron.metrics()["fallback"].values()) >= before + 6
+
+
+# -- orthogonal polynomials (special.*_polynomial_*) -----------------------------------------------------------------
+POLYNOMIALS = [f"chebyshev_polynomial_{k}" for k in "tuvw"] + [f"shifted_chebyshev_polynomial_{k}" for k in "tuvw"] \
+    + ["hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"]
+# torch's CPU returns an uninitialized value for x = NaN and n >= 2 in these kinds (its recurrence never runs): the
+# device gives NaN, so NaN x is compared for the others only
+_NAN_UNDEFINED = {n for n in POLYNOMIALS if n not in ("chebyshev_polynomial_t", "hermite_polynomial_h",
+                                                      "hermite_polynomial_he")}
+POLY_X = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 0.25, 0.75, 2.0, -2.0, -3.0, 1e-30, 1.0000001, -1.0000001, 9.0, -7.5, 30.0,
+          1e20, -1e20, math.inf, -math.inf]
+POLY_N = [-3.0, -0.5, 0.0, 0.7, 1.0, 1.9, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 31.0, 127.0, 128.0,
+          129.0, 1e20, -1e20, math.nan, math.inf, -math.inf]
+
+
+def _poly(name, x, n, **kwargs):
+    """torch.special.<name> on neuron (no CPU fallback) against the CPU."""
+    f = getattr(SP, name)
+    dev = [v.to("neuron") if isinstance(v, torch.Tensor) else v for v in (x, n)]
+    with native(f"special_{name}"):
+        got = f(*dev, **kwargs)
+    check(got, f(x, n))
+    return got
+
+
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_polynomial_special_values_and_degrees(name):
+    """Every pair of special x (|x| == 1, 0, beyond [-1, 1], huge, +-inf) and degree (negative, fractional,
+    0, 1, the closed-form thresholds, the Hermite limit 128, NaN/inf/out of int64 range)."""
+    xs = POLY_X + ([] if name in _NAN_UNDEFINED else [math.nan])
+    x, n = torch.broadcast_tensors(torch.tensor(xs).view(-1, 1), torch.tensor(POLY_N).view(1, -1))
+    _poly(name, x.contiguous(), n.contiguous())
+
+
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_polynomial_ranges(name):
+    """op_db's range (x in [-9, 9], small degrees), the interval at moderate degrees (closed forms), and |x| just
+    above 1 at high degrees (long recurrences: the FMA steps reproduce the CPU's roundings)."""
+    g = torch.Generator().manual_seed(21)
+    _poly(name, rand(300, lo=-9, hi=9, seed=22), torch.randint(-2, 13, (300,), generator=g).float())
+    lo = 0.0 if name.startswith("shifted") else -1.0
+    _poly(name, rand(300, lo=lo + 0.01, hi=0.99, seed=23), torch.randint(0, 25, (300,), generator=g).float())
+    _poly(name, rand(300, lo=1.0, hi=1.01, seed=24), torch.randint(0, 64, (300,), generator=g).float())
+
+
+@pytest.mark.parametrize("name", POLYNOMIALS)
+@settings(max_examples=8, deadline=None)
+@given(pairs=st.lists(st.tuples(floats32, st.integers(-2, 4)), min_size=1, max_size=30))
+def test_polynomial_hypothesis(name, pairs):
+    """Any float32 x with the low degrees every kind computes by its special values and recurrence."""
+    x = torch.tensor([p[0] for p in pairs], dtype=torch.float32)
+    n = torch.tensor([float(p[1]) for p in pairs])
+    if name in _NAN_UNDEFINED:
+        x = torch.nan_to_num(x, nan=0.5)
+    _poly(name, x, n)
+
+
+@pytest.mark.parametrize("name", ["chebyshev_polynomial_u", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+                                  "laguerre_polynomial_l"])
+def test_polynomial_scalars_promotion_and_out(name):
+    f = getattr(SP, name)
+    x, n = rand(4, 1, 5, seed=25), torch.arange(-1, 5).float().view(1, 6, 1)
+    _poly(name, x, n)  # broadcast
+    _poly(name, 0.3, n)  # Python x
+    _poly(name, x, 3)  # Python n
+    _poly(name, x, 2.9)  # truncated to 2
+    _poly(name, x, 12)  # a degree past the closed-form thresholds, on the host
+    _poly(name, torch.arange(-3, 4), torch.arange(7))  # int64 operands: a float32 result
+    _poly(name, torch.tensor([True, False]), torch.tensor([3, 2], dtype=torch.int32))
+    out = torch.empty(6, 4, device="neuron").t()  # non-contiguous out, resized from the wrong shape
+    with native(f"special_{name}"):
+        f(x[0].to("neuron"), n[0].to("neuron"), out=out)
+    check(out, f(x[0], n[0]))
+    empty = torch.empty(0, 3)
+    check(f(empty.to("neuron"), empty.to("neuron")), f(empty, empty))
+
+
+def test_polynomial_long_recurrence_falls_back_loudly():
+    """Past 128 unrolled steps (|x| > 1 at a high degree) the CPU's loop runs, counted as a fallback; a high degree
+    inside (-1, 1) is a closed form and stays on the device."""
+    x, n = torch.tensor([1.0001, 0.5]), torch.tensor([300.0, 300.0])
+    _poly("chebyshev_polynomial_t", x[1:], n[1:])
+    torch.neuron.set_strict(False)
+    before = torch.neuron.metrics()["fallback"].get("special_chebyshev_polynomial_t", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # warned once per process: counted every time
+        got = SP.chebyshev_polynomial_t(x.to("neuron"), n.to("neuron"))
+    check(got, SP.chebyshev_polynomial_t(x, n))
+    assert torch.neuron.metrics()["fallback"].get("special_chebyshev_polynomial_t", 0) == before + 1
+
+
+def test_polynomial_reduced_precision_is_torchs_error():
+    """torch's CPU has float32/float64 kernels only: bfloat16/float16 calls go to it for its error."""
+    torch.neuron.set_strict(False)
+    with pytest.raises(RuntimeError, match="not implemented for 'BFloat16'"):
+        SP.legendre_polynomial_p(torch.ones(3, dtype=torch.bfloat16, device="neuron"), 2)

@@ -25,9 +25,9 @@ import torch
 
 from neuron_hal import Act, Alu, DType
 from neuron_kernels import isa as nisa
+from neuron_kernels import language as nl
 from neuron_kernels.errors import KernelError
 from neuron_kernels.jit import kernel
-from neuron_kernels import language as nl
 from neuron_kernels.library import elementwise as ew
 
 F32 = DType.float32
