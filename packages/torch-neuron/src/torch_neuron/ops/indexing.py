@@ -201,60 +201,7 @@ _register_scatter("scatter", "value", "value_out", False)
 _register_scatter("scatter_add", "default", "out", True)
 
 
-def _scatter_reduce(overload, x, dim, index, src, reduce):
-    """scatter with ``reduce="add"`` is scatter_add (a scalar src becomes a tensor of it); "multiply" has no
-    kernel (the DMA accumulates by adding only) and takes the CPU."""
-    if reduce != "add":
-        return run_on_cpu(overload, x, dim, index, src, reduce=reduce)
-    if not isinstance(src, torch.Tensor):
-        meta_result(overload, x, dim, index, src, reduce=reduce)
-        if addable(x.dtype) is None:
-            return run_on_cpu(overload, x, dim, index, src, reduce=reduce)
-        src = full("scatter", index.shape, src, x.dtype, x.device)
-    return _scatter("scatter", aten.scatter_add.default, x, dim, index, src, True)
-
-
-def _register_scatter_reduce(overload: str) -> None:
-    functional = getattr(aten.scatter, overload)
-
-    def fn(x, dim, index, src, *, reduce):
-        return _scatter_reduce(functional, x, dim, index, src, reduce)
-
-    def fn_(x, dim, index, src, *, reduce):
-        return x.copy_(fn(x, dim, index, src, reduce=reduce))
-
-    def fn_out(x, dim, index, src, *, reduce, out):
-        return write_out(out, fn(x, dim, index, src, reduce=reduce))
-
-    impl(f"scatter.{overload}")(fn)
-    impl(f"scatter_.{overload}")(fn_)
-    impl(f"scatter.{overload}_out")(fn_out)
-
-
-_register_scatter_reduce("reduce")
-_register_scatter_reduce("value_reduce")
-
-
-@impl("scatter_reduce.two")
-def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
-    """reduce="sum" is scatter_add (without include_self the targets are zeroed first by a scatter of 0);
-    prod / mean / amax / amin have no accumulating DMA and take the CPU."""
-    overload = aten.scatter_reduce.two
-    meta_result(overload, x, dim, index, src, reduce, include_self=include_self)
-    if reduce != "sum" or addable(x.dtype) is None:
-        return run_on_cpu(overload, x, dim, index, src, reduce, include_self=include_self)
-    base = x if include_self else _scatter("scatter_reduce", aten.scatter.value, x, dim, index, 0, False)
-    return _scatter("scatter_reduce", aten.scatter_add.default, base, dim, index, src, True)
-
-
-@impl("scatter_reduce.two_out")
-def scatter_reduce_out(x, dim, index, src, reduce, *, include_self=True, out):
-    return write_out(out, scatter_reduce(x, dim, index, src, reduce, include_self=include_self))
-
-
-@impl("scatter_reduce_.two")
-def scatter_reduce_(x, dim, index, src, reduce, *, include_self=True):
-    return x.copy_(scatter_reduce(x, dim, index, src, reduce, include_self=include_self))
+# scatter(reduce=...), scatter_reduce and index_reduce: ops/scatter_reduce.py
 
 
 # -- nonzero / masked_select ---------------------------------------------------------------------------
