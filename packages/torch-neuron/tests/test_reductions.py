@@ -1,6 +1,7 @@
 """Reductions on neuron against PyTorch CPU: sum/mean/prod/amax/amin/max/min/argmax/argmin/var/std/var_mean/
 std_mean/logsumexp/cumsum/linalg_vector_norm/all/any over any dims, keepdim, dtype=, out=, non-contiguous,
-0-d and empty inputs, NaN/inf, the exact-integer policy (native or counted CPU path), and gradients."""
+0-d and empty inputs, NaN/inf, the exact-integer policy (native or counted CPU path), exact int64 sums (every
+int64 value, wrapping like torch), and gradients."""
 
 import math
 
@@ -239,14 +240,82 @@ def test_small_int_sums_are_exact_and_native(dtype):
 
 
 @pytest.mark.parametrize("dtype", (torch.int32, torch.int64))
-def test_wide_int_sums_take_the_counted_cpu_path(dtype):
+def test_wide_int_sums_are_native_and_cumsum_prod_take_the_counted_cpu_path(dtype):
     x = torch.tensor([[2**30, 2**30, 2**30], [-5, 7, 1]], dtype=dtype)
     xd = x.to(DEV)
+    with native("sum"):
+        check(xd.sum(1), x.sum(1))
     torch.neuron.reset_metrics()
-    check(xd.sum(1), x.sum(1))
     check(xd.cumsum(1), x.cumsum(1))
     check(xd.prod(1), x.prod(1))
-    assert {"sum.dim_IntList", "cumsum", "prod.dim_int"} <= set(fallbacks())
+    assert {"cumsum", "prod.dim_int"} <= set(fallbacks())
+
+
+# -- exact int64-result sums (reduction_int64: byte sums carried into int64) ---------------------------------
+I64 = torch.iinfo(torch.int64)
+I64_EDGES = (0, 1, -1, 2, I64.max, I64.min, I64.max - 1, I64.min + 1, 2**31, -(2**31), 2**32 - 1, 2**32, 255, 256,
+             -256, 0x00FF00FF00FF00FF, -0x0101010101010101)
+
+
+@st.composite
+def int64_case(draw):
+    ndim = draw(st.integers(0, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=ndim, max_size=ndim)))
+    n = math.prod(shape)
+    vals = draw(st.lists(st.one_of(st.sampled_from(I64_EDGES), st.integers(I64.min, I64.max)), min_size=n, max_size=n))
+    dims = draw(st.one_of(st.none(), st.lists(st.integers(-ndim, ndim - 1), unique_by=lambda d: d % ndim, max_size=ndim)
+                          if ndim else st.just([])))
+    return torch.tensor(vals, dtype=torch.int64).reshape(shape), dims, draw(st.booleans())
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=int64_case())
+def test_int64_sums_are_exact_and_wrap_like_torch(case):
+    x, dims, keepdim = case
+    xd = x.to(DEV)
+    with native("sum" if x.dim() else None):  # a 0-d sum is a copy
+        got = xd.sum() if dims is None else xd.sum(dims, keepdim=keepdim)
+    ref = x.sum() if dims is None else x.sum(dims, keepdim=keepdim)
+    check(got, ref)
+
+
+def test_int64_sum_carries_across_every_byte():
+    """Many values whose bytes are all 0xff: every byte sum is large, so each carry step is exercised."""
+    x = torch.full((3, 70001), -1, dtype=torch.int64)
+    x[1] = I64.max
+    x[2, ::2] = I64.min
+    xd = x.to(DEV)
+    with native("sum"):
+        got = (xd.sum(1), xd.sum(), xd.t().sum(0), xd.sum(0))
+    check(got, (x.sum(1), x.sum(), x.t().sum(0), x.sum(0)))
+
+
+@pytest.mark.parametrize("dtype", (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32))
+def test_small_int_sums_beyond_int32_partials_are_exact(dtype):
+    """Counts where int32 partial sums could overflow (int16: 70000 * 32768 > 2**31) and dtype=int64."""
+    info = (0, 2) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max + 1)
+    x = torch.randint(*info, (2, 70000), generator=torch.Generator().manual_seed(3)).to(dtype)
+    x[0] = info[0] if dtype != torch.bool else True
+    xd = x.to(DEV)
+    with native("sum"):
+        got = (xd.sum(1), xd.sum(), xd.sum(0, dtype=torch.int64), torch.nansum(xd, 1))
+    check(got, (x.sum(1), x.sum(), x.sum(0, dtype=torch.int64), torch.nansum(x, 1)))
+
+
+def test_int64_sum_out_empty_0d_and_bound():
+    from torch_neuron.ops import reduction_int64
+
+    x = torch.tensor([[I64.max, 3], [I64.max, -7]])
+    out = torch.empty(0, dtype=torch.int64, device=DEV)
+    with native("sum"):
+        torch.sum(x.to(DEV), 0, out=out)
+        zero_d = torch.tensor(I64.min).to(DEV).sum()
+    check(out, x.sum(0))
+    check(zero_d, torch.tensor(I64.min).sum())
+    empty = torch.empty(0, 4, dtype=torch.int64)
+    check(empty.to(DEV).sum(0), empty.sum(0))
+    # the carry-chain proof holds below 2**23 values per result; beyond it the CPU path (not allocated here)
+    assert reduction_int64.exact(torch.int64, 2**23 - 1) and not reduction_int64.exact(torch.int64, 2**23)
 
 
 def test_int_max_min_are_native_and_int64_falls_back():

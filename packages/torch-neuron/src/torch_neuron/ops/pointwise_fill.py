@@ -5,21 +5,25 @@ masked_fill, and arange.
 exactly as torch converts it, and its bytes are replicated over the tensor viewed as integers (an 8-byte
 element is a pair of int32 words), so every dtype fills natively, int64, float64 and complex included.
 ``arange`` is one iota per tile: exact where torch's result is (integral start and step, values within
-int32, and below 2**24 in magnitude for float results; anything else runs on the CPU).
+int32, and below 2**24 in magnitude for float results; float results of dyadic start/step whose values
+are all exact in the result dtype, see ``_dyadic``; other fractional float32 aranges through double as the
+CPU rounds them, in exact integer arithmetic, see :mod:`.arange_double`; anything else runs on the CPU).
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import torch
 
-from neuron_hal import DType, Engine
+from neuron_hal import Alu, DType, Engine
 from neuron_kernels import isa as nisa
 from neuron_kernels import language as nl
 from neuron_kernels.jit import kernel
 from neuron_kernels.library import elementwise as ew
 
+from . import arange_double
 from .common import run_on_cpu
 from .copy import extent
 from .launch import run
@@ -54,9 +58,9 @@ def fill_pattern(dst, pattern, tile_bytes=_TILE_BYTES[0]):
 
 
 @kernel(name="arange", tunables={"tile_bytes": _TILE_BYTES})
-def arange_into(dst, start, step, tile_bytes=_TILE_BYTES[0]):
-    """dst[i] = start + i * step (integers; the iota computes exactly, the tile's dtype rounds, the store
-    casts), in place."""
+def arange_into(dst, start, step, scale=1.0, tile_bytes=_TILE_BYTES[0]):
+    """dst[i] = (start + i * step) * scale (integers; the iota computes exactly, the tile's dtype rounds, a
+    power-of-two ``scale`` of a float tile is exact, the store casts), in place."""
     n = math.prod(dst.shape)
     tdt = DType.int32 if dst.dtype.kind in "iu" else DType.float32
     per = max(1, min(tile_bytes // 4, nl.cdiv(n, nl.tile_size.pmax)))
@@ -64,6 +68,8 @@ def arange_into(dst, start, step, tile_bytes=_TILE_BYTES[0]):
     def store(view, parts, cols, first):
         t = nl.ndarray((parts, cols), tdt, name="iota")
         nisa.iota(t, (step,), offset=start + first * step, channel_multiplier=cols * step)
+        if scale != 1.0:  # -- dyadic aranges (see _dyadic) --
+            nisa.tensor_scalar(t, t, Alu.multiply, scale, engine=Engine.VECTOR)
         nisa.dma_copy(view, t)
 
     _rows(dst, n, per, store)
@@ -143,9 +149,36 @@ _ARANGE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.
 def _exact_arange(start, step, n: int, dtype: torch.dtype) -> bool:
     if dtype not in _ARANGE_DTYPES or not all(float(v).is_integer() for v in (start, step)):
         return False
-    limit = 2 ** 24 if dtype.is_floating_point else 2 ** 31
+    # floats: every value (and so the CPU's rounded block bases) exact in the dtype; 16-bit floats beyond that
+    # round twice on the CPU (base, then base + j * step): arange_double
+    limit = 2 ** _DYADIC[dtype][0] if dtype.is_floating_point else 2 ** 31
     last = start + (n - 1) * step
     return max(abs(start), abs(last)) < limit
+
+
+# -- dyadic aranges: fractional start/step whose every value is exact in the result dtype (begin) --
+# dtype: (significand bits, largest m): |a + i * k| < 2**bits is exact in the dtype, and m keeps every nonzero
+# value at or above the dtype's smallest normal (no subnormal, no flush can matter)
+_DYADIC = {torch.float32: (24, 100), torch.bfloat16: (8, 100), torch.float16: (11, 14)}
+
+
+def _dyadic(start, step, n: int, dtype: torch.dtype) -> tuple[int, int, int] | None:
+    """(a, k, m) with start = a / 2**m, step = k / 2**m and every |a + i * k| < 2**bits (i < n; bits: the
+    result dtype's significand, ``_DYADIC``); None otherwise. Then each value is exactly representable in
+    the result dtype, and so are all of torch's CPU intermediates (step * i and start + step * i in its
+    accumulate type, the block bases of its vectorised loop rounded to the dtype, base + j * step): nothing
+    rounds, on the CPU or here, so the device's ``(a + i * k) * 2**-m`` (an exact float32 iota, times a
+    power of two, stored exactly) is the CPU's result bit for bit."""
+    if dtype not in _DYADIC or isinstance(start, complex) or isinstance(step, complex):
+        return None
+    fa, fk = Fraction(start), Fraction(step if n > 1 else 0)
+    m = max(fa.denominator, fk.denominator).bit_length() - 1  # float denominators are powers of two
+    digits, max_shift = _DYADIC[dtype]
+    if m > max_shift:
+        return None
+    a, k = int(fa * 2 ** m), int(fk * 2 ** m)
+    return (a, k, m) if max(abs(a), abs(a + (n - 1) * k)) < 2 ** digits else None
+# -- dyadic aranges (end) --
 
 
 @impl("arange.start_out")
@@ -153,13 +186,23 @@ def arange_start_out(start, end, step=1, *, out):
     meta = torch.empty(out.shape, dtype=out.dtype, device="meta")
     torch.ops.aten.arange.start_out(start, end, step, out=meta)  # torch's checks and length
     n = meta.numel()
-    if not _exact_arange(start, step, n, out.dtype):
+    if out.dtype.is_floating_point and float(start) == 0 and math.copysign(1.0, start) < 0 and step < 0:
+        return run_on_cpu(torch.ops.aten.arange.start_out, start, end, step, out=out)  # -0.0 + -0.0 stays -0.0
+    exact = n == 0 or _exact_arange(start, step, n, out.dtype)  # no values: nothing to round
+    dyadic = None if exact else _dyadic(start, step, n, out.dtype)
+    double = None if exact or dyadic is not None else arange_double.plan(start, step, n, out.dtype)
+    if not exact and dyadic is None and double is None:
         return run_on_cpu(torch.ops.aten.arange.start_out, start, end, step, out=out)
     if out.shape != meta.shape:
         out.resize_(meta.shape)
     if n:
         target = out if out.is_contiguous() else torch.empty(meta.shape, dtype=out.dtype, device=out.device)
-        run("arange", arange_into, target, int(start), int(step))
+        if double is not None:  # fractional values through double, as the CPU (arange_double)
+            arange_double.fill(target, double)
+        elif dyadic is None:
+            run("arange", arange_into, target, int(start), int(step))
+        else:
+            run("arange", arange_into, target, dyadic[0], dyadic[1], 2.0 ** -dyadic[2])
         if target is not out:
             out.copy_(target)
     return out

@@ -6,7 +6,9 @@ Which calls run natively (the others take the counted CPU path, :mod:`.oncpu`):
 - Floats (float32/bfloat16/float16) everywhere; the kernels accumulate in fp32 and round once.
 - Integer sums/cumsums accumulate in int32 on the engines, torch returns exact int64: native only when no
   partial sum can leave int32, known from the shape alone (bool/uint8/int8/int16, ``count * max|x| <
-  2**31``). prod: bool only (int products wrap at 32 bits). int32 sums, int64 and float64 go to the CPU.
+  2**31``); other int64-result sums (int32/int64 inputs, larger counts) are exact byte sums in
+  :mod:`.reduction_int64` (up to 2**23 - 1 values per result).
+  prod: bool only (int products wrap at 32 bits). float64 goes to the CPU.
 - amax/amin/aminmax/max/min and all/any: exact for floats and bool/uint8/int8/int16/int32.
 """
 
@@ -23,6 +25,8 @@ from .common import contig, out_variant
 from .compose import FLOATS, const, ew, write_outs
 from .launch import run
 from .oncpu import on_cpu
+from .reduction_int64 import INTS, int64_sum
+from .reduction_int64 import exact as int64_exact
 from .registry import impl
 
 aten = torch.ops.aten
@@ -79,6 +83,11 @@ def _int_sum_exact(dtype: torch.dtype, count: int) -> bool:
 def sum_dim(self, dim=None, keepdim=False, *, dtype=None):
     x = cast_to(self, dtype)
     dims, oshape, count = plan(self, dim, keepdim)
+    # -- int64-result sums beyond int32 (exact byte sums, reduction_int64) --
+    if dtype in (None, torch.int64) and int64_exact(self.dtype, count) and (
+            x is None or not _int_sum_exact(x.dtype, count)):
+        return int64_sum(self, dims, oshape, keepdim)
+    # -- end --
     if x is None or (x.dtype not in FLOATS and not _int_sum_exact(x.dtype, count)):
         return on_cpu(aten.sum.dim_IntList, self, dim, keepdim, dtype=dtype)
     if x.numel() == 0:
@@ -161,7 +170,7 @@ def aminmax(self, *, dim=None, keepdim=False):
 def nansum(self, dim=None, keepdim=False, *, dtype=None):
     """sum with NaN counted as zero (a ``where`` first; integers have no NaN)."""
     if self.dtype not in FLOATS:
-        return sum_dim(self, dim, keepdim, dtype=dtype) if self.dtype in SMALL_INTS else on_cpu(
+        return sum_dim(self, dim, keepdim, dtype=dtype) if self.dtype in INTS else on_cpu(
             aten.nansum.default, self, dim, keepdim, dtype=dtype)
     x = contig(self)
     if x.numel():

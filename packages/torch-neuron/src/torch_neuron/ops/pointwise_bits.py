@@ -1,0 +1,67 @@
+"""nextafter and frexp on the float bits (``neuron_kernels.library.float_bits``: exact integer arithmetic on
+GpSimd for every value, ±0/subnormals/inf/NaN included) for float32, bfloat16 and float16; other dtypes
+(float64, and the integer inputs torch rejects with its own error) take the CPU path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from neuron_kernels.library import float_bits
+
+from .common import check_cast, contig, out_variant
+from .compose import write_outs
+from .launch import run
+from .oncpu import on_cpu
+from .registry import impl
+
+aten = torch.ops.aten
+_FMT = {torch.float32: ("float32", torch.int32), torch.bfloat16: ("bfloat16", torch.int16),
+        torch.float16: ("float16", torch.int16)}
+
+
+def _bits(t: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    t = t.to(device=device, dtype=dtype)  # a 0-d CPU operand is uploaded; promotion casts on the device
+    return contig(t).view(_FMT[dtype][1])
+
+
+def nextafter(self, other):
+    dtype = torch.result_type(self, other)
+    if dtype not in _FMT or self.device.type != "neuron":
+        return on_cpu(aten.nextafter.default, self, other)
+    shape = torch.broadcast_shapes(self.shape, other.shape)
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype, device=self.device)
+    a, b = _bits(self, dtype, self.device), _bits(other, dtype, self.device)
+    return run("nextafter", float_bits.nextafter, a, b, fmt=_FMT[dtype][0])[0].view(dtype)
+
+
+def nextafter_(self, other):
+    result = nextafter(self, other)
+    check_cast(result.dtype, self)
+    return self.copy_(result)  # a result larger than self (broadcasting) makes copy_ raise, as torch does
+
+
+def frexp(self):
+    if self.dtype not in _FMT:
+        return on_cpu(aten.frexp.Tensor, self)
+    if self.numel() == 0:
+        return torch.empty(self.shape, dtype=self.dtype, device=self.device), torch.empty(
+            self.shape, dtype=torch.int32, device=self.device)
+    fmt, bits = _FMT[self.dtype]
+    mant, exp = run("frexp", float_bits.frexp, contig(self).view(bits), fmt=fmt)
+    return mant.view(self.dtype).view(self.shape), exp.view(self.shape)
+
+
+def _frexp_out(self, *, mantissa, exponent):
+    if self.dtype not in _FMT or mantissa.dtype != self.dtype or exponent.dtype != torch.int32:
+        return on_cpu(aten.frexp.Tensor_out, self, mantissa=mantissa, exponent=exponent)  # or torch's error
+    return write_outs((mantissa, exponent), frexp(self))
+
+
+def register(lib) -> None:
+    impl("nextafter")(nextafter)
+    impl("nextafter.out")(out_variant(nextafter))
+    impl("nextafter_")(nextafter_)
+    impl("frexp.Tensor")(frexp)
+    impl("frexp.Tensor_out")(_frexp_out)
