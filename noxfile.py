@@ -16,8 +16,9 @@ def install(session, *extra):
     session.install("-c", "constraints.txt", *PACKAGES, *extra)
 
 
-# PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU) are among the tests;
-# `test` subsamples them (TORCH_NEURON_OPINFO_SAMPLES, default 3 per entry), `opinfo` runs all. Everything runs
+# PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU) are among the tests, every
+# sample of every entry (TORCH_NEURON_OPINFO_SAMPLES=N runs the first N per entry); `opinfo` runs them alone and
+# can rewrite the exclusions file. Everything runs
 # under pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
 # dead run.
 DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
@@ -26,7 +27,7 @@ TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expectte
 
 @nox.session(python=PYTHON)
 def test(session):
-    """Install the packages and run every package's tests (the test databases subsampled), on 2 workers."""
+    """Install the packages and run every package's tests (the test databases in full), on 2 workers."""
     install(session, *TEST_DEPS)
     # programs are traced in each test process (TORCH_NEURON_COMPILE_CACHE=off): tests that define kernels must
     # not read another test's traces; the cache's own tests point it at their own directories
