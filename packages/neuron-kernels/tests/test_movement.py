@@ -75,6 +75,16 @@ def test_copy_of_empty_and_0d():
     assert_bits(mv.copy(np.array(3.5, np.float32), "int32"), np.array(3, np.int32))
 
 
+@pytest.mark.parametrize("profile", ["trn2", "trn3"])
+def test_float_to_int_casts_of_many_tiles_use_engines_that_run_fmod(profile):
+    """Tiles take turns on the engines; on NC-v3 ScalarE copies but has no native tensor_scalar (the fmod)."""
+    program = mv.copy.trace(TensorSpec((850080,), DType.float32), "int32", profile=profile)
+    scalar_fmods = [i for i in program.instructions if isinstance(i, isa.TensorScalar) and i.engine.value == "scalar"]
+    assert not scalar_fmods or get_profile(profile).scalar_tensor_scalar
+    x = np.floor(np.random.default_rng(0).random(850080, dtype=np.float32) * 100)
+    assert_bits(mv.copy(x, "int32"), x.astype(np.int32))
+
+
 # -- transpose / permute ---------------------------------------------------------------------------
 @SETTINGS
 @given(st.integers(1, 300), st.integers(1, 300), st.sampled_from(ALL))

@@ -630,7 +630,8 @@ def _trunc_to_int(out: View, x: View, tile_bytes: int) -> None:
     FP32, then the store DMA casts the (integral) values exactly; out-of-range values saturate."""
     pmax, n = nl.tile_size.pmax, math.prod(x.shape)
     f = max(1, tile_bytes // 4)
-    engines = _engines()
+    # ScalarE copies from NC-v3 but runs tensor_scalar (the fmod) natively only from NC-v4
+    engines = [e for e in _engines() if e is not nisa.scalar_engine or nl.profile().scalar_tensor_scalar]
     turn, e0 = 0, 0
     while e0 < n:
         left = n - e0
