@@ -247,3 +247,14 @@ def test_concurrent_processes_share_the_cache(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert "cache_misses" not in _child(env)["counts"]
+
+
+def test_graphs_and_new_input_shapes_are_logged(caplog):
+    compiled = torch.compile(chain, backend="neuron", dynamic=True)
+    with caplog.at_level("INFO", logger="torch_neuron.compile"):
+        for n in (3, 8):
+            compiled(torch.randn(n, 5).to(DEV), torch.randn(5).to(DEV))
+    text = caplog.text
+    assert "inference graph: 1 fused regions" in text
+    assert "program 1 for inputs float32[3, 5], float32[5]" in text
+    assert "program 2 for inputs float32[8, 5], float32[5]" in text

@@ -28,7 +28,9 @@ def _compiler(kind: str):
         gm, regions = fuse(gm)
         record_compile(f"{kind}_graphs")
         record_compile("fused_regions", len(regions))
-        log.debug("neuron %s graph: %d fused regions\n%s", kind, len(regions), gm.code)
+        eager = sum(1 for n in gm.graph.nodes if n.op == "call_function") - len(regions)
+        log.info("neuron %s graph: %d fused regions, %d other calls", kind, len(regions), eager)
+        log.debug("%s", gm.code)
         return make_boxed_func(gm.forward)
     return compile_graph
 

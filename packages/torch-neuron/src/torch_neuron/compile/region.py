@@ -8,6 +8,7 @@ eagerly instead, said once in a warning.
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import torch
@@ -16,6 +17,8 @@ import torch.fx as fx
 from ..ops.launch import execute, prepared
 from ..ops.pointwise_expr import Expr, graph_formula
 from .lowering import lower
+
+log = logging.getLogger("torch_neuron.compile")
 
 
 class FusedRegion:
@@ -61,7 +64,12 @@ class FusedRegion:
             warnings.warn(f"torch.compile(backend='neuron'): region {self.name} runs op by op: {self.failed}",
                           stacklevel=3)
             return None
-        self.launches[tuple((x.shape, x.dtype) for x in xs)] = launch
+        key = tuple((x.shape, x.dtype) for x in xs)
+        self.launches[key] = launch
+        # a new input signature is a new program, not a recompile of the graph (Dynamo logs those with
+        # TORCH_LOGS=recompiles): said here so a shape that keeps changing shows up
+        log.info("%s: program %d for inputs %s", self.name, len(self.launches),
+                 ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}" for s, d in key))
         return launch
 
 
