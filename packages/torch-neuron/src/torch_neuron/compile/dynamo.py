@@ -2,8 +2,10 @@
 
 AOTAutograd traces the forward and the backward into functional aten graphs (no decompositions beyond
 the ones the dispatcher applies itself: matmuls, softmax, norms, attention and the fused optimizer
-steps keep their single-kernel ops) and partitions them with the min-cut rematerializer, which recomputes
-cheap elementwise values in the backward instead of saving them. Each graph then goes through ``graph.fuse``.
+steps keep their single-kernel ops) and partitions them as eager autograd does: the backward reads what the
+forward saved (the min-cut rematerializer would recompute elementwise values instead, which pays off only when
+the recomputation fuses into the backward's kernels; here it would mostly be extra programs). Each graph then
+goes through ``graph.fuse``.
 Dynamo finds the backend through the ``torch_dynamo_backends`` entry point.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 
 import torch
-from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from functorch.compile import default_partition, make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from .. import program_cache
@@ -39,6 +41,6 @@ backend = aot_autograd(
     fw_compiler=_compiler("forward"),
     bw_compiler=_compiler("backward"),
     inference_compiler=_compiler("inference"),
-    partition_fn=min_cut_rematerialization_partition,
+    partition_fn=default_partition,
     keep_inference_input_mutations=True,
 )
