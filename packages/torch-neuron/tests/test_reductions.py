@@ -240,15 +240,15 @@ def test_small_int_sums_are_exact_and_native(dtype):
 
 
 @pytest.mark.parametrize("dtype", (torch.int32, torch.int64))
-def test_wide_int_sums_are_native_and_cumsum_prod_take_the_counted_cpu_path(dtype):
+def test_wide_int_sums_and_cumsums_are_native_and_prod_takes_the_counted_cpu_path(dtype):
     x = torch.tensor([[2**30, 2**30, 2**30], [-5, 7, 1]], dtype=dtype)
     xd = x.to(DEV)
-    with native("sum"):
+    with native("sum", "cumsum"):
         check(xd.sum(1), x.sum(1))
+        check(xd.cumsum(1), x.cumsum(1))
     torch.neuron.reset_metrics()
-    check(xd.cumsum(1), x.cumsum(1))
     check(xd.prod(1), x.prod(1))
-    assert {"cumsum", "prod.dim_int"} <= set(fallbacks())
+    assert "prod.dim_int" in fallbacks()
 
 
 # -- exact int64-result sums (reduction_int64: byte sums carried into int64) ---------------------------------
@@ -279,15 +279,27 @@ def test_int64_sums_are_exact_and_wrap_like_torch(case):
     check(got, ref)
 
 
+@settings(max_examples=25, deadline=None)
+@given(case=int64_case(), dtype=st.sampled_from((torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool)))
+def test_int64_cumsums_are_exact_and_wrap_like_torch(case, dtype):
+    """MoE routers count tokens per expert with int64 cumsums: exact byte-plane scans carried into int64."""
+    x, dims, _ = case
+    x = x.to(dtype) if dtype is not torch.bool else x % 2 == 0
+    dim = dims[0] if dims else 0
+    with native("cumsum" if x.numel() > 0 and x.dim() else None):
+        got = torch.cumsum(x.to(DEV), dim)
+    check(got, torch.cumsum(x, dim))
+
+
 def test_int64_sum_carries_across_every_byte():
     """Many values whose bytes are all 0xff: every byte sum is large, so each carry step is exercised."""
     x = torch.full((3, 70001), -1, dtype=torch.int64)
     x[1] = I64.max
     x[2, ::2] = I64.min
     xd = x.to(DEV)
-    with native("sum"):
-        got = (xd.sum(1), xd.sum(), xd.t().sum(0), xd.sum(0))
-    check(got, (x.sum(1), x.sum(), x.t().sum(0), x.sum(0)))
+    with native("sum", "cumsum"):
+        got = (xd.sum(1), xd.sum(), xd.t().sum(0), xd.sum(0), xd.cumsum(1))
+    check(got, (x.sum(1), x.sum(), x.t().sum(0), x.sum(0), x.cumsum(1)))
 
 
 @pytest.mark.parametrize("dtype", (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32))

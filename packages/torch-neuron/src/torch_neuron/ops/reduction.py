@@ -25,7 +25,7 @@ from .common import contig, out_variant
 from .compose import FLOATS, const, ew, write_outs
 from .launch import run
 from .oncpu import on_cpu
-from .reduction_int64 import INTS, int64_sum
+from .reduction_int64 import INTS, int64_cumsum, int64_sum
 from .reduction_int64 import exact as int64_exact
 from .registry import impl
 
@@ -197,7 +197,12 @@ def cumsum(self, dim, *, dtype=None):
     x = cast_to(self, dtype)
     dims = plan(self, (dim,), False)[0]
     d = dims[0] if dims else 0  # 0-d: dim 0 or -1
-    if x is None or (x.dtype not in FLOATS and not _int_sum_exact(x.dtype, self.shape[d] if dims else 1)):
+    n = self.shape[d] if dims else 1
+    if (dtype in (None, torch.int64) and int64_exact(self.dtype, n) and self.numel()
+            and (x is None or not _int_sum_exact(x.dtype, n))):
+        # exact byte-plane scans (reduction_int64); a 0-d cumsum is its value
+        return int64_cumsum(self, d) if dims else self.to(torch.int64, copy=True)
+    if x is None or (x.dtype not in FLOATS and not _int_sum_exact(x.dtype, n)):
         return on_cpu(aten.cumsum.default, self, dim, dtype=dtype)
     if x.numel() == 0:
         return torch.empty(x.shape, dtype=x.dtype if x.dtype in FLOATS else torch.int64, device=x.device)
