@@ -7,7 +7,8 @@ int64 viewed as uint8 ``[..., 8]`` (smaller integers are first cast to int64 on 
 sign-extends), the 8 byte planes reduced together by ``reduce.sum`` (each byte sum ``<= 255 * count``, exact
 in int32 for ``count < 2**23``), then ``wide_sum.combine_bytes`` carries them into the int64 total modulo
 2**64. A cumsum scans the byte planes instead (every prefix is a byte sum of at most ``count`` values) and
-carries each prefix the same way. More than ``wide_sum.MAX_COUNT - 1`` values per result is beyond that proof: the CPU (loud).
+carries each prefix the same way. More than ``wide_sum.MAX_COUNT - 1`` values per result is beyond that
+proof: the CPU (loud).
 """
 
 from __future__ import annotations
