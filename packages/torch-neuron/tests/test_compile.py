@@ -258,3 +258,15 @@ def test_graphs_and_new_input_shapes_are_logged(caplog):
     assert "inference graph: 1 fused regions" in text
     assert "program 1 for inputs float32[3, 5], float32[5]" in text
     assert "program 2 for inputs float32[8, 5], float32[5]" in text
+
+
+def test_casts_fuse_and_device_transfers_do_not():
+    def f(x):
+        y = (x.to(torch.bfloat16) * 2).to(torch.float32) + 1  # a rounding inside the region
+        return y.exp(), (y * 3).to("neuron:1") + 1, (y - 1).cpu()
+    x = torch.randn(4, 6)
+    got = torch.compile(f, backend="neuron")(x.to(DEV))
+    y = (x.to(torch.bfloat16) * 2).to(torch.float32) + 1
+    assert [g.device for g in got] == [torch.device("neuron", 0), torch.device("neuron", 1), torch.device("cpu")]
+    for g, e in zip(got, (y.exp(), y * 3 + 1, y - 1)):
+        torch.testing.assert_close(g.cpu(), e, **TOL[torch.float32])

@@ -62,8 +62,8 @@ def _trial_expr(node: fx.Node):
         kwargs = {k: stand_in(v) for k, v in node.kwargs.items()}
     except ValueError:
         return None
-    if not names:
-        return None
+    if not names or len({_val(a).device for a in names} | {_val(node).device}) != 1:
+        return None  # no tensor operand, or a transfer between devices
     return lower(node.target, args, kwargs)
 
 

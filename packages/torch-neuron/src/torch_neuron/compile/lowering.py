@@ -107,7 +107,9 @@ def _convert(x, dtype):
 
 
 def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
-    if layout not in (None, torch.strided) or device is not None or memory_format not in (None, torch.preserve_format):
+    # the device, when named, is the operands' own (``fusion`` fuses only nodes on one device)
+    if layout not in (None, torch.strided) or memory_format not in (None, torch.preserve_format) or (
+            device is not None and torch.device(device).type != "neuron"):
         return None
     return x if dtype is None and isinstance(x, Expr) else _convert(x, dtype)
 
