@@ -270,3 +270,14 @@ def test_casts_fuse_and_device_transfers_do_not():
     assert [g.device for g in got] == [torch.device("neuron", 0), torch.device("neuron", 1), torch.device("cpu")]
     for g, e in zip(got, (y.exp(), y * 3 + 1, y - 1)):
         torch.testing.assert_close(g.cpu(), e, **TOL[torch.float32])
+
+
+def test_same_formula_on_several_graph_inputs_is_one_program():
+    """autocast casts every weight at the top of a forward: one program for all of them."""
+    def f(a, b, c):
+        return a.to(torch.bfloat16), b.to(torch.bfloat16), c.to(torch.bfloat16)
+    xs = [torch.randn(3, 5), torch.randn(7), torch.randn(())]
+    got = torch.compile(f, backend="neuron")(*[x.to(DEV) for x in xs])
+    assert sum(torch.neuron.metrics()["programs"].values()) == 1 and programs() == 1
+    for g, x in zip(got, xs):
+        torch.testing.assert_close(g.cpu(), x.to(torch.bfloat16), rtol=0, atol=0)

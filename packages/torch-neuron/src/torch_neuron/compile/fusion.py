@@ -123,3 +123,18 @@ def outputs(region: Region) -> list[fx.Node]:
     """The region's nodes read outside it (or by the graph's output), in graph order."""
     inside = set(region.nodes)
     return [n for n in region.nodes if any(u not in inside for u in n.users)]
+
+
+def horizontal_groups(graph: fx.Graph) -> list[list[fx.Node]]:
+    """Elementwise nodes left unfused that read one graph input each and compute the same formula to the same
+    dtype (autocast's casts of every weight at the top of a forward): each group runs as one program over all
+    its tensors, at the place of its first node (graph inputs exist from the start)."""
+    groups: dict = {}
+    for node in graph.nodes:
+        inputs = node.all_input_nodes
+        if len(inputs) != 1 or inputs[0].op != "placeholder":
+            continue
+        expr = _trial_expr(node)
+        if expr is not None:
+            groups.setdefault((expr.node, _val(node).dtype), []).append(node)
+    return [nodes for nodes in groups.values() if len(nodes) > 1]

@@ -13,8 +13,8 @@ import operator
 import torch
 import torch.fx as fx
 
-from .fusion import external_inputs, outputs, partition
-from .region import FusedRegion
+from .fusion import external_inputs, horizontal_groups, outputs, partition
+from .region import ForeachRegion, FusedRegion
 
 
 def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
@@ -38,9 +38,23 @@ def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
                 n.replace_all_uses_with(item, delete_user_cb=lambda u, inside=inside: u not in inside)
         for n in reversed(region.nodes):
             graph.erase_node(n)
+    for nodes in horizontal_groups(graph):
+        fused.append(_replace_group(graph, nodes))
     graph.lint()
     gm.recompile()
     return gm, fused
+
+
+def _replace_group(graph: fx.Graph, nodes: list[fx.Node]) -> ForeachRegion:
+    kernel = ForeachRegion(nodes)
+    with graph.inserting_before(nodes[0]):  # the group's inputs are graph inputs: defined before it
+        call = graph.call_function(kernel, tuple(n.all_input_nodes[0] for n in nodes))
+        items = [graph.call_function(operator.getitem, (call, i)) for i in range(len(nodes))]
+    for n, item in zip(nodes, items):
+        item.meta["val"] = n.meta.get("val")
+        n.replace_all_uses_with(item)
+        graph.erase_node(n)
+    return kernel
 
 
 _VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ..ops.launch import execute, prepared
-from ..ops.pointwise_expr import Expr, graph_formula
+from ..ops.pointwise_expr import Expr, foreach_formula, graph_formula
 from .lowering import lower
 
 log = logging.getLogger("torch_neuron.compile")
@@ -86,3 +86,38 @@ def _subgraph(nodes, inputs, outputs):
         env[n] = g.node_copy(n, env.__getitem__)
     g.output(tuple(env[n] for n in outputs))
     return fx.GraphModule(torch.nn.Module(), g)
+
+
+class ForeachRegion:
+    """Callable ``(*inputs) -> tuple(outputs)``: one formula of one input applied to each of several graph inputs
+    (``fusion.horizontal_groups``), one program for all of them."""
+
+    def __init__(self, nodes: list[fx.Node]):
+        node = nodes[0]
+        x = Expr(("x", 0))
+        self.expr = lower(node.target, fx.node.map_arg(node.args, lambda a: x),
+                          fx.node.map_arg(node.kwargs, lambda a: x)).node
+        self.dtype = node.meta["val"].dtype
+        self.kernel = foreach_formula(len(nodes), 1, False)
+        self.name = f"fused:{len(nodes)}x{_short(node)}"
+        self.eager = [_subgraph([n], n.all_input_nodes, [n]) for n in nodes]
+        self.launches: dict = {}
+        self.failed: str | None = None
+        self.__name__ = self.__qualname__ = "fused_foreach"
+
+    def __call__(self, *xs):
+        if self.failed is None:
+            xs = tuple(x if x.is_contiguous() else x.contiguous() for x in xs)
+            key = tuple((x.shape, x.dtype) for x in xs)
+            kwargs = {"expr": self.expr, "out_dtype": self.dtype, "inplace": False}
+            launch = self.launches.get(key)
+            if launch is None:
+                try:
+                    launch = self.launches[key] = prepared(self.kernel, xs, kwargs)
+                except Exception as e:  # noqa: BLE001 - the nodes then run one by one
+                    self.failed = f"{type(e).__name__}: {e}"
+                    warnings.warn(f"torch.compile(backend='neuron'): {self.name} runs op by op: {self.failed}",
+                                  stacklevel=2)
+            if launch is not None:
+                return tuple(execute(self.name, launch, xs, kwargs))
+        return tuple(g(x)[0] for g, x in zip(self.eager, xs))
