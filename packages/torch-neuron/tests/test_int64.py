@@ -259,3 +259,16 @@ def test_bounds_and_alpha_outside_int64_raise():
         a.clamp(max=2 ** 63)
     with pytest.raises(RuntimeError, match="without overflow"):
         torch.add(a, a, alpha=2 ** 63)
+
+
+@pytest.mark.parametrize("fn", [torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor], ids=lambda f: f.__name__)
+def test_bitwise_all_values_scalars_broadcasts_and_in_place(grid, fn):
+    """Word by word (generate() keeps its finished-sequence flags in int64 and ands them)."""
+    a, b = grid
+    check(fn(dev(a), dev(b)), fn(a, b))
+    for other in (0x0F0F0F0F0F0F0F0F, -2, True, torch.tensor(HI), b[:1].to(torch.int32), (b % 2).bool()):
+        check(fn(dev(a), dev(other) if isinstance(other, torch.Tensor) and other.dim() else other), fn(a, other))
+    x = dev(a.clone())
+    getattr(x, fn.__name__ + "_")(dev(b))
+    check(x, fn(a, b))
+    check(~dev(a), ~a)

@@ -1,6 +1,7 @@
 """Exact int64 pointwise ops on the device: add/sub/rsub (any integral alpha), mul, neg, abs, comparisons,
-maximum/minimum, clamp/clamp_min/clamp_max, where, and floor_divide/remainder/fmod/div(rounding_mode) by a
-Python int in [1, 2**15], for every signature whose promoted dtype is int64.
+maximum/minimum, clamp/clamp_min/clamp_max, where, bitwise and/or/xor/not (word by word), and
+floor_divide/remainder/fmod/div(rounding_mode) by a Python int in [1, 2**15], for every signature whose
+promoted dtype is int64.
 
 The engines have no 64-bit arithmetic; the kernels of ``neuron_kernels.library.wide_int`` compute on the
 two 32-bit words of each value with GpSimd's exact, wrapping int32 arithmetic (carries, borrows, unsigned
@@ -11,8 +12,7 @@ sign extending), Python ints are kernel constants (a 0-d operand once a signatur
 
 pointwise_base sends a plan here (``plan.wide``) when the signature would otherwise run on the CPU, its
 promoted dtype is int64, its result int64 or bool and its op name is in ``WIDE``; the runner returns None
-from an adapter for the CPU. Bitwise ops, shifts, powers and division by tensors or other divisors stay on
-the CPU.
+from an adapter for the CPU. Shifts, powers and division by tensors or other divisors stay on the CPU.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch._prims_common.wrappers import _maybe_resize_out
 
+from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import wide_int as wk
 
 from .common import check_cast, run_on_cpu
@@ -179,6 +180,16 @@ def _div_mode(self, other, *, rounding_mode=None):
     return _by_constant(wk.floor_divide if rounding_mode == "floor" else wk.trunc_divide)(self, other)
 
 
+def _words_of(v):
+    """A Python int as a 0-d int64 tensor: word-wise kernels need both words of a constant."""
+    return torch.tensor(_wrap(int(v)), dtype=torch.int64) if isinstance(v, bool | int) else v
+
+
+def _bitwise(kernel):
+    """Bitwise ops act on each 32-bit word independently: the int32 kernel on the word arrays is exact."""
+    return lambda self, other: (kernel, (_words_of(self), _words_of(other)), {})
+
+
 ADAPTERS = {
     "add": _add_like(wk.add), "sub": _add_like(wk.sub), "rsub": _add_like(wk.sub, swap=True),
     "mul": _binary(wk.mul), "maximum": _binary(wk.maximum), "minimum": _binary(wk.minimum),
@@ -189,5 +200,7 @@ ADAPTERS = {
     **{op: _binary(getattr(wk, op)) for op in ("eq", "ne", "lt", "le", "gt", "ge")},
     "floor_divide": _by_constant(wk.floor_divide), "remainder": _by_constant(wk.remainder),
     "fmod": _by_constant(wk.fmod), "div": _div_mode,
+    **{op: _bitwise(getattr(ew, op)) for op in ("bitwise_and", "bitwise_or", "bitwise_xor")},
+    "bitwise_not": _unary(ew.bitwise_not),
 }
 WIDE.update(dict.fromkeys(ADAPTERS, run))
