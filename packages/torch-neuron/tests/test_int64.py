@@ -272,3 +272,14 @@ def test_bitwise_all_values_scalars_broadcasts_and_in_place(grid, fn):
     getattr(x, fn.__name__ + "_")(dev(b))
     check(x, fn(a, b))
     check(~dev(a), ~a)
+
+
+
+def test_masked_fill_all_values_scalars_and_tensor_values(grid):
+    a, b = grid
+    mask = (b % 3) == 0
+    for value in (-7, HI, LO, torch.tensor(2 ** 40)):
+        check(dev(a).masked_fill(dev(mask), value), a.masked_fill(mask, value))
+    x = dev(a.clone())
+    x.masked_fill_(dev(mask), LO)
+    check(x, a.masked_fill(mask, LO))

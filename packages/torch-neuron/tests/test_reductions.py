@@ -330,7 +330,7 @@ def test_int64_sum_out_empty_0d_and_bound():
     assert reduction_int64.exact(torch.int64, 2**23 - 1) and not reduction_int64.exact(torch.int64, 2**23)
 
 
-def test_int_max_min_are_native_and_int64_falls_back():
+def test_int_max_min_are_native_and_int64_argmax_falls_back():
     x = torch.tensor([[2**31 - 1, -(2**31), 5]], dtype=torch.int32)
     xd = x.to(DEV)
     with native():
@@ -338,8 +338,21 @@ def test_int_max_min_are_native_and_int64_falls_back():
     check(got, (x.amax(1), x.amin(1), tuple(x.max(1)), x.argmin(1)))
     big = torch.tensor([2**40, -(2**40), 3])
     torch.neuron.reset_metrics()
-    check(big.to(DEV).amax(0), big.amax(0))
-    assert "amax" in fallbacks()
+    check(big.to(DEV).argmax(0), big.argmax(0))
+    assert fallbacks()
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=int64_case())
+def test_int64_amax_amin_max_min_are_exact(case):
+    """From the 32-bit words: the extreme high word, then the extreme low word (unsigned) among its holders."""
+    x, dims, keepdim = case
+    if x.dim() == 0 or x.numel() == 0:
+        return
+    xd = x.to(DEV)
+    with native():
+        got = (xd.amax(dims or (), keepdim=keepdim), xd.amin(dims or (), keepdim=keepdim), xd.max(), xd.min())
+    check(got, (x.amax(dims or (), keepdim=keepdim), x.amin(dims or (), keepdim=keepdim), x.max(), x.min()))
 
 
 def test_float64_takes_the_cpu_path():

@@ -224,6 +224,19 @@ def test_isin(dtype):
         same(g, r)
 
 
+def test_isin_of_int64_is_exact_and_native():
+    """generate() checks each new token against the eos ids: int64 against int64, words compared exactly."""
+    top, bottom = torch.iinfo(torch.int64).max, torch.iinfo(torch.int64).min
+    a = torch.tensor([[1, 2**40, -5, top], [bottom, 7, 2**40 + 1, 0]])
+    b = torch.tensor([2**40, bottom, 0, 99])
+    with native():
+        got = [torch.isin(a.to(DEV), b.to(DEV)), torch.isin(a.to(DEV), b.to(torch.int32).to(DEV), invert=True),
+               torch.isin(a.to(DEV), 2**40), torch.isin(2**40 + 1, b.to(DEV))]
+    for g, r in zip(got, [torch.isin(a, b), torch.isin(a, b.to(torch.int32), invert=True), torch.isin(a, 2**40),
+                          torch.isin(2**40 + 1, b)]):
+        same(g, r)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("bins,lo,hi", [(100, 0, 0), (7, 0, 3), (13, 0.1, 2.9), (1000, -50, 50.5)])
 def test_histc(dtype, bins, lo, hi):

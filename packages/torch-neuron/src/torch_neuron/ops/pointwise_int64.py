@@ -1,5 +1,5 @@
 """Exact int64 pointwise ops on the device: add/sub/rsub (any integral alpha), mul, neg, abs, comparisons,
-maximum/minimum, clamp/clamp_min/clamp_max, where, bitwise and/or/xor/not (word by word), and
+maximum/minimum, clamp/clamp_min/clamp_max, where, masked_fill, bitwise and/or/xor/not (word by word), and
 floor_divide/remainder/fmod/div(rounding_mode) by a Python int in [1, 2**15], for every signature whose
 promoted dtype is int64.
 
@@ -202,5 +202,6 @@ ADAPTERS = {
     "fmod": _by_constant(wk.fmod), "div": _div_mode,
     **{op: _bitwise(getattr(ew, op)) for op in ("bitwise_and", "bitwise_or", "bitwise_xor")},
     "bitwise_not": _unary(ew.bitwise_not),
+    "masked_fill": lambda self, mask, value: (wk.where, (_Cond(mask), _fits(_int(value)), self), {}),
 }
 WIDE.update(dict.fromkeys(ADAPTERS, run))

@@ -133,11 +133,28 @@ def prod_all(self, *, dtype=None):
 # -- amax / amin / max / min ----------------------------------------------------------------------
 def _extreme(kernel, name, cpu_op, self, dim, keepdim):
     dims, oshape, count = plan(self, dim, keepdim)
-    if self.dtype not in ORDERED or (count == 0 and math.prod(oshape) != 0):
+    int64 = self.dtype is torch.int64 and self.dim() > 0
+    if (self.dtype not in ORDERED and not int64) or (count == 0 and math.prod(oshape) != 0):
         return on_cpu(cpu_op, self, dim, keepdim)  # wide ints/float64, or torch's empty-dim error
     if self.numel() == 0:
         return torch.empty(oshape, dtype=self.dtype, device=self.device)
+    if int64:
+        return _int64_extreme(kernel is reduce.amax, self, dims, oshape)
     return run(name, kernel, contig(self), dims, keepdim)[0]
+
+
+_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _int64_extreme(largest: bool, self, dims, oshape):
+    """amax/amin of int64 from its 32-bit words, exactly: the extreme high (signed) word, then among the values
+    holding it the extreme low word compared unsigned (its sign bit flipped, a signed int32 order)."""
+    words = contig(self).unsqueeze(-1).view(torch.int32)  # [..., 2]: low, high
+    hi, lo = words[..., 1], words[..., 0].bitwise_xor(_I32_MIN)
+    red = torch.amax if largest else torch.amin
+    top = red(hi, dims, keepdim=True)
+    lo = red(torch.where(hi == top, lo, _I32_MIN if largest else _I32_MAX), dims, keepdim=True).bitwise_xor(_I32_MIN)
+    return torch.stack((lo, top), -1).view(torch.int64).reshape(oshape)
 
 
 def amax(self, dim=(), keepdim=False):
@@ -149,15 +166,15 @@ def amin(self, dim=(), keepdim=False):
 
 
 def max_all(self):
-    if self.numel() == 0 or self.dtype not in ORDERED:
+    if self.numel() == 0 or (self.dtype not in ORDERED and self.dtype is not torch.int64):
         return on_cpu(aten.max.default, self)
-    return amax(self)
+    return amax(self.reshape(-1) if self.dtype is torch.int64 else self)
 
 
 def min_all(self):
-    if self.numel() == 0 or self.dtype not in ORDERED:
+    if self.numel() == 0 or (self.dtype not in ORDERED and self.dtype is not torch.int64):
         return on_cpu(aten.min.default, self)
-    return amin(self)
+    return amin(self.reshape(-1) if self.dtype is torch.int64 else self)
 
 
 def aminmax(self, *, dim=None, keepdim=False):

@@ -145,7 +145,9 @@ def _isin(elements, test, invert: bool):
     flat, t = contig(elements).reshape(-1), contig(test).reshape(1, -1)
     step, parts = max(1, CHUNK // t.shape[1]), []
     for b in range(0, flat.shape[0], step):
-        hits = ew(op, elementwise.eq, flat[b:b + step].view(-1, 1), t)
+        chunk = flat[b:b + step].view(-1, 1)
+        # int64 (token ids against eos ids in generate()): the exact word-wise comparison of pointwise_int64
+        hits = torch.eq(chunk, t) if torch.int64 in (chunk.dtype, t.dtype) else ew(op, elementwise.eq, chunk, t)
         parts.append(run(op, reduce.amax, hits, (1,), False)[0])
     found = parts[0] if len(parts) == 1 else torch.cat(parts)
     if invert:
@@ -154,8 +156,8 @@ def _isin(elements, test, invert: bool):
 
 
 def _isin_native(a, b) -> bool:
-    dt = torch.result_type(a, b)
-    return a.dtype in EXACT and b.dtype in EXACT and dt in EXACT and a.device == b.device
+    exact = (*EXACT, torch.int64)
+    return a.dtype in exact and b.dtype in exact and torch.result_type(a, b) in exact and a.device == b.device
 
 
 def isin(elements, test_elements, *, assume_unique=False, invert=False):
@@ -166,14 +168,14 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
 
 def isin_tensor_scalar(elements, test_element, *, assume_unique=False, invert=False):
     t = _scalar_tensor(elements, test_element)
-    if t is None or elements.dtype not in EXACT:
+    if t is None or elements.dtype not in (*EXACT, torch.int64):
         return on_cpu(aten.isin.Tensor_Scalar, elements, test_element, assume_unique=assume_unique, invert=invert)
     return _isin(elements, t, invert)
 
 
 def isin_scalar_tensor(element, test_elements, *, assume_unique=False, invert=False):
     e = _scalar_tensor(test_elements, element)
-    if e is None or test_elements.dtype not in EXACT:
+    if e is None or test_elements.dtype not in (*EXACT, torch.int64):
         return on_cpu(aten.isin.Scalar_Tensor, element, test_elements, assume_unique=assume_unique, invert=invert)
     return _isin(e, test_elements, invert)
 
