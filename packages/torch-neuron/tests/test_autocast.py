@@ -3,6 +3,8 @@ matmuls and convolutions in the autocast dtype, precision-sensitive ops (softmax
 exp/log) in float32, mixed-input ops promoted, everything else in its input dtype; values as the CPU gives
 for the same casts; float32 gradients for float32 parameters."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -112,3 +114,28 @@ def test_grad_scaler_skips_steps_with_non_finite_grads():
     scaler.step(opt)
     scaler.update()
     assert w.detach().cpu().tolist() == [1.0, 1.0, 1.0] and scaler.get_scale() == 4.0
+
+
+def test_grad_scaler_ops_run_on_the_device_like_the_cpu():
+    from torch_neuron_testing.native import native
+
+    results = {}
+    for dev in ("cpu", "neuron"):
+        grads = [torch.tensor([1.0, 2.0], device=dev), torch.tensor([[4.0]], device=dev, dtype=torch.bfloat16),
+                 torch.empty(0, device=dev)]
+        found, inv = torch.zeros(1, device=dev), torch.full((1,), 0.5, device=dev)
+        bad = [torch.tensor([1.0, float("nan")], device=dev)]
+        scale, tracker = torch.full((1,), 2.0 ** 127, device=dev), torch.zeros(1, dtype=torch.int32, device=dev)
+        trail = []
+        with native() if dev == "neuron" else contextlib.nullcontext():
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+            trail.append(found.item())
+            torch._amp_foreach_non_finite_check_and_unscale_(bad, found, inv)
+            trail.append(found.item())
+            for flag in (0.0, 0.0, 1.0, 0.0, 0.0, 0.0):  # growth at the interval, kept when it would overflow
+                torch._amp_update_scale_(scale, tracker, torch.full((1,), flag, device=dev), 2.0, 0.5, 2)
+                trail.append((scale.item(), tracker.item()))
+        results[dev] = ([g.cpu() for g in grads], trail)
+    for g, e in zip(results["neuron"][0], results["cpu"][0]):
+        assert g.dtype == e.dtype and torch.equal(g, e)
+    assert results["neuron"][1] == results["cpu"][1]
