@@ -21,56 +21,79 @@ from .lowering import lower
 log = logging.getLogger("torch_neuron.compile")
 
 
-class FusedRegion:
-    """Callable ``(*inputs) -> tuple(outputs)`` for the region's nodes (fx nodes of the graph being compiled)."""
+class _Program:
+    """What both kinds of region share: a kernel and its constants (``kernel``, ``kwargs``), a program per input
+    signature, and the eager path (``run_eager``) when the kernel refuses the trace."""
 
-    def __init__(self, nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Node]):
-        env = {n: Expr(("x", i)) for i, n in enumerate(inputs)}
-        for n in nodes:
-            args = fx.node.map_arg(n.args, env.__getitem__)
-            kwargs = fx.node.map_arg(n.kwargs, env.__getitem__)
-            env[n] = lower(n.target, args, kwargs)
-        self.exprs = tuple(env[n].node for n in outputs)
-        self.out_dtypes = tuple(n.meta["val"].dtype for n in outputs)
-        self.name = "fused:" + "+".join(_short(n) for n in nodes)
-        if len(self.name) > 64:
-            self.name = self.name[:61] + "..."
-        self.eager = _subgraph(nodes, inputs, outputs)
+    kernel = None
+    kwargs: dict = {}
+    name = ""
+
+    def __init__(self):
         self.launches: dict = {}
         self.failed: str | None = None
-        self.__name__ = self.__qualname__ = "fused_region"  # how the graph's generated code names the call
 
     def __call__(self, *xs):
-        if self.failed is not None:
-            return self.eager(*xs)
-        xs = tuple(x if x.is_contiguous() else x.contiguous() for x in xs)
-        key = tuple((x.shape, x.dtype) for x in xs)
-        launch = self.launches.get(key)
-        if launch is None:
-            launch = self._prepare(xs)
-            if launch is None:
-                return self.eager(*xs)
-        return tuple(execute(self.name, launch, xs, self.kwargs))
+        if self.failed is None:
+            xs = tuple(x if x.is_contiguous() else x.contiguous() for x in xs)
+            key = tuple((x.shape, x.dtype) for x in xs)
+            launch = self.launches.get(key) or self._prepare(key, xs)
+            if launch is not None:
+                return tuple(execute(self.name, launch, xs, self.kwargs))
+        return self.run_eager(*xs)
 
-    @property
-    def kwargs(self) -> dict:
-        return {"exprs": self.exprs, "out_dtypes": self.out_dtypes}
-
-    def _prepare(self, xs):
+    def _prepare(self, key, xs):
         try:
-            launch = prepared(graph_formula, xs, self.kwargs)
+            launch = prepared(self.kernel, xs, self.kwargs)
         except Exception as e:  # noqa: BLE001 - any trace failure: the region's ops run one by one
             self.failed = f"{type(e).__name__}: {e}"
-            warnings.warn(f"torch.compile(backend='neuron'): region {self.name} runs op by op: {self.failed}",
+            warnings.warn(f"torch.compile(backend='neuron'): {self.name} runs op by op: {self.failed}",
                           stacklevel=3)
             return None
-        key = tuple((x.shape, x.dtype) for x in xs)
         self.launches[key] = launch
         # a new input signature is a new program, not a recompile of the graph (Dynamo logs those with
         # TORCH_LOGS=recompiles): said here so a shape that keeps changing shows up
         log.info("%s: program %d for inputs %s", self.name, len(self.launches),
                  ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}" for s, d in key))
         return launch
+
+
+class FusedRegion(_Program):
+    """Callable ``(*inputs) -> tuple(outputs)`` for the region's nodes (fx nodes of the graph being compiled)."""
+
+    kernel = graph_formula
+
+    def __init__(self, nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Node]):
+        super().__init__()
+        env = {n: Expr(("x", i)) for i, n in enumerate(inputs)}
+        for n in nodes:
+            args, kwargs = (fx.node.map_arg(a, env.__getitem__) for a in (n.args, n.kwargs))
+            env[n] = lower(n.target, args, kwargs)
+        self.kwargs = {"exprs": tuple(env[n].node for n in outputs),
+                       "out_dtypes": tuple(n.meta["val"].dtype for n in outputs)}
+        self.name = "fused:" + "+".join(_short(n) for n in nodes)
+        if len(self.name) > 64:
+            self.name = self.name[:61] + "..."
+        self.run_eager = _subgraph(nodes, inputs, outputs)
+        self.__name__ = self.__qualname__ = "fused_region"  # how the graph's generated code names the call
+
+
+class ForeachRegion(_Program):
+    """Callable ``(*inputs) -> tuple(outputs)``: one formula of one input applied to each of several graph inputs
+    (``fusion.horizontal_groups``), one program for all of them."""
+
+    def __init__(self, nodes: list[fx.Node]):
+        super().__init__()
+        node, x = nodes[0], Expr(("x", 0))
+        expr = lower(node.target, fx.node.map_arg(node.args, lambda a: x), fx.node.map_arg(node.kwargs, lambda a: x))
+        self.kernel = foreach_formula(len(nodes), 1, False)
+        self.kwargs = {"expr": expr.node, "out_dtype": node.meta["val"].dtype, "inplace": False}
+        self.name = f"fused:{len(nodes)}x{_short(node)}"
+        self.eager = [_subgraph([n], n.all_input_nodes, [n]) for n in nodes]
+        self.__name__ = self.__qualname__ = "fused_foreach"
+
+    def run_eager(self, *xs):
+        return tuple(g(x)[0] for g, x in zip(self.eager, xs))
 
 
 def _short(node: fx.Node) -> str:
@@ -86,38 +109,3 @@ def _subgraph(nodes, inputs, outputs):
         env[n] = g.node_copy(n, env.__getitem__)
     g.output(tuple(env[n] for n in outputs))
     return fx.GraphModule(torch.nn.Module(), g)
-
-
-class ForeachRegion:
-    """Callable ``(*inputs) -> tuple(outputs)``: one formula of one input applied to each of several graph inputs
-    (``fusion.horizontal_groups``), one program for all of them."""
-
-    def __init__(self, nodes: list[fx.Node]):
-        node = nodes[0]
-        x = Expr(("x", 0))
-        self.expr = lower(node.target, fx.node.map_arg(node.args, lambda a: x),
-                          fx.node.map_arg(node.kwargs, lambda a: x)).node
-        self.dtype = node.meta["val"].dtype
-        self.kernel = foreach_formula(len(nodes), 1, False)
-        self.name = f"fused:{len(nodes)}x{_short(node)}"
-        self.eager = [_subgraph([n], n.all_input_nodes, [n]) for n in nodes]
-        self.launches: dict = {}
-        self.failed: str | None = None
-        self.__name__ = self.__qualname__ = "fused_foreach"
-
-    def __call__(self, *xs):
-        if self.failed is None:
-            xs = tuple(x if x.is_contiguous() else x.contiguous() for x in xs)
-            key = tuple((x.shape, x.dtype) for x in xs)
-            kwargs = {"expr": self.expr, "out_dtype": self.dtype, "inplace": False}
-            launch = self.launches.get(key)
-            if launch is None:
-                try:
-                    launch = self.launches[key] = prepared(self.kernel, xs, kwargs)
-                except Exception as e:  # noqa: BLE001 - the nodes then run one by one
-                    self.failed = f"{type(e).__name__}: {e}"
-                    warnings.warn(f"torch.compile(backend='neuron'): {self.name} runs op by op: {self.failed}",
-                                  stacklevel=2)
-            if launch is not None:
-                return tuple(execute(self.name, launch, xs, kwargs))
-        return tuple(g(x)[0] for g, x in zip(self.eager, xs))
