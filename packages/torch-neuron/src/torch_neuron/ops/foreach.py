@@ -1,7 +1,9 @@
 """``_foreach_*`` ops (the multi-tensor ops of torch.optim's ``foreach=True`` paths and of AMP) on neuron.
 
-Each tensor of the list is computed with the elementwise kernels, in float32 like torch's opmath, and
-rounded once to its dtype. The scalars of a call (``lr``, bias corrections, ``1 - beta``, ...) are put in
+A call's expression becomes one formula evaluated over every tensor of the list in one program per dtype
+(``pointwise_expr.foreach_formula``), in float32 like torch's opmath, rounded once to each tensor's dtype;
+a list that program cannot take (non-contiguous tensors, a refused trace) runs the expression per tensor with
+the elementwise kernels. The scalars of a call (``lr``, bias corrections, ``1 - beta``, ...) are put in
 one float32 device tensor (one small host write per call) and enter the kernels as broadcast operands,
 never as compile-time constants: an optimizer's per-step scalars then never retrace a kernel.
 
