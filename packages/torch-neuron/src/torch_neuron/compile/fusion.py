@@ -24,7 +24,6 @@ from .lowering import VALUE_DTYPES, lower
 class Region:
     shape: tuple
     nodes: list = field(default_factory=list)
-    inputs: list = field(default_factory=list)  # external fx nodes, in first-use order
     open: bool = True
 
 
@@ -85,7 +84,6 @@ def partition(graph: fx.Graph) -> list[Region]:
             regions.append(region)
         _close_inputs(node, region_of, region)
         region.nodes.append(node)
-        region.inputs = external_inputs(region, None)
         region_of[node] = region
     return [r for r in regions if len(r.nodes) > 1]
 

@@ -24,12 +24,12 @@ def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
     fused = []
     for region in partition(graph):
         outs = outputs(region)
-        region.inputs = external_inputs(region)  # earlier regions' outputs are getitem nodes now
-        kernel = FusedRegion(region.nodes, region.inputs, outs)
+        inputs = external_inputs(region)  # taken now: earlier regions' outputs are getitem nodes by this point
+        kernel = FusedRegion(region.nodes, inputs, outs)
         fused.append(kernel)
         last = region.nodes[-1]
         with graph.inserting_after(last):
-            call = graph.call_function(kernel, tuple(region.inputs))
+            call = graph.call_function(kernel, tuple(inputs))
         inside = set(region.nodes)
         with graph.inserting_after(call):
             for i, n in enumerate(outs):
