@@ -42,6 +42,7 @@ def gpt_step(compiled: bool):
     x = torch.randint(0, CFG.vocab_size, (BATCH, CFG.block_size), generator=g).to("neuron")
 
     def step():
+        model.zero_grad()  # a training step's gradients start from None, as after optimizer.zero_grad()
         with torch.autocast("neuron", dtype=torch.bfloat16):
             _, loss = run(x, x)
         loss.backward()
@@ -56,6 +57,8 @@ def block_step(compiled: bool):
     x = torch.randn(BATCH, CFG.block_size, CFG.n_embd).to("neuron").requires_grad_()
 
     def step():
+        block.zero_grad()
+        x.grad = None
         with torch.autocast("neuron", dtype=torch.bfloat16):
             y = run(x)
         y.float().square().mean().backward()

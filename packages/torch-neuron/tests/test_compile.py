@@ -39,8 +39,9 @@ def compile_counts() -> dict:
     return torch.neuron.metrics()["compile"]
 
 
-def programs(prefix: str = "fused:") -> int:
-    return sum(n for op, n in torch.neuron.metrics()["programs"].items() if op.startswith(prefix))
+def regions(prefix: str = "fused:") -> int:
+    """Fused regions run (each one program of the graph's; the graph runs as one device program)."""
+    return sum(n for op, n in torch.neuron.metrics()["native"].items() if op.startswith(prefix))
 
 
 def test_backend_is_registered():
@@ -56,7 +57,7 @@ def test_elementwise_chain_is_one_program(dtype):
     x, y = torch.randn(33, 70, dtype=dtype), torch.randn(70, dtype=dtype)
     compiled = torch.compile(chain, backend="neuron")
     got = compiled(x.to(DEV), y.to(DEV))
-    assert programs() == 1 and sum(torch.neuron.metrics()["programs"].values()) == 1
+    assert regions() == 1 and sum(torch.neuron.metrics()["programs"].values()) == 1
     # one rounding at the end (eager rounds every op): compare with the float32 computation rounded once
     torch.testing.assert_close(got.cpu(), chain(x.float(), y.float()).to(dtype), **TOL[dtype])
 
@@ -134,7 +135,7 @@ def test_hugging_face_causal_lm_matches_eager():
     torch.testing.assert_close(lc, le, **TOL[torch.float32])
     assert abs(loss_c - loss_e) < 1e-5
     torch.testing.assert_close(gc, ge, **TOL[torch.float32])
-    assert programs() > 0
+    assert regions() > 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -158,6 +159,29 @@ def test_training_loop_matches_eager(dtype):
             losses[compiled].append(loss.item())
     assert losses[True][-1] < losses[True][0]
     torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), **TOL[dtype])
+
+
+def test_each_graph_runs_as_one_device_program_overlapping_independent_kernels():
+    def f(a, b, w1, w2):  # two independent matmul branches, then a join
+        return (a @ w1).relu() + (b @ w2).sigmoid()
+    args = [torch.randn(128, 256).to(DEV) for _ in range(2)] + [torch.randn(256, 128).to(DEV) for _ in range(2)]
+    compiled = torch.compile(f, backend="neuron")
+    compiled(*args)
+    torch.neuron.reset_metrics()
+    got = compiled(*args)
+    m = torch.neuron.metrics()
+    assert m["programs"] == {"compiled inference graph": 1}  # its kernels ran, as one program
+    assert m["native"]["mm"] == 2 and regions() == 1
+    graph_ns = m["device_ns_total"]
+    torch.neuron.reset_metrics()
+    want = f(*args)
+    eager_ns = torch.neuron.metrics()["device_ns_total"]
+    assert graph_ns < eager_ns  # the two branches overlap on the engines and DMA queues
+    torch.testing.assert_close(got.cpu(), want.cpu(), **TOL[torch.float32])
+    with torch.neuron.profiler.profile(instructions=False) as prof:
+        compiled(*args)
+    assert [e.op for e in prof.events] == ["compiled inference graph"]
+    assert prof.events[0].end_ns - prof.events[0].start_ns == pytest.approx(graph_ns)
 
 
 def test_dynamic_shapes_compile_once():
@@ -278,6 +302,6 @@ def test_same_formula_on_several_graph_inputs_is_one_program():
         return a.to(torch.bfloat16), b.to(torch.bfloat16), c.to(torch.bfloat16)
     xs = [torch.randn(3, 5), torch.randn(7), torch.randn(())]
     got = torch.compile(f, backend="neuron")(*[x.to(DEV) for x in xs])
-    assert sum(torch.neuron.metrics()["programs"].values()) == 1 and programs() == 1
+    assert sum(torch.neuron.metrics()["programs"].values()) == 1 and regions() == 1
     for g, x in zip(got, xs):
         torch.testing.assert_close(g.cpu(), x.to(torch.bfloat16), rtol=0, atol=0)

@@ -56,6 +56,7 @@ class ExecutionReport:
     clocks_ghz: dict[str, float] = field(default_factory=dict)
     dma_bytes: int = 0
     trace: dict | None = None  # Chrome/Perfetto trace JSON object, when asked for
+    in_graph: bool = False  # recorded into a graph (Driver.begin_graph): its time is the graph's report
 
     @property
     def device_ns(self) -> float:
@@ -147,6 +148,24 @@ class Driver(abc.ABC):
     def estimate(self, device: int, loaded) -> ExecutionReport | None:
         """Device time of a loaded program from the driver's cost model, without running it or
         advancing any queue; None for drivers that can only measure by running (hardware)."""
+        return None
+
+    def begin_graph(self, device: int, queue: int = 0) -> bool:
+        """Start recording this thread's executions on ``queue`` as one program (a compiled graph): each still
+        runs when submitted, in order, but the device runs them as one program, overlapping what does not
+        depend on each other (see :mod:`neuron_hal.merge`); ``end_graph`` submits that program's time.
+        Returns whether it opened a graph: False where the driver cannot merge programs (each runs on its own) or
+        one is open already (the executions go into that one; only its opener ends it)."""
+        return False
+
+    def end_graph(self, device: int, queue: int = 0, trace: bool = False) -> ExecutionReport | None:
+        """Close the graph ``begin_graph`` opened: the report of the merged program, None if nothing ran."""
+        return None
+
+    def enqueue(self, device: int, queue: int, duration_ns: float) -> tuple[float, float] | None:
+        """Account modelled work that does not run on the core's engines (a collective on the CC cores and
+        DMA rings) on a queue: it starts when the queue's submitted work completes. Returns (start, end) ns;
+        None on drivers whose queues run in real time (hardware), where there is nothing to model."""
         return None
 
     def map(self, device: int, address: int, nbytes: int) -> memoryview | None:

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import merge
 from .driver import DeviceInfo, Driver, ExecutionReport, MemoryStats
 from .errors import DeviceOutOfMemoryError, InvalidAddressError, InvalidDeviceError
 from .program import Program
 from .validate import validate
 
 ALIGN = 512  # allocation granularity: DMA descriptors favour 512-byte aligned buffers
+GRAPH_CACHE_ENTRIES = 64  # merged programs kept (a compiled graph's forward and backward are one each)
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python < 3.13 lacks the name
 
 
@@ -128,6 +130,8 @@ class EmulatedDriver(Driver):
         self._queues: dict[tuple[int, int], float] = {}
         self._core_busy = [0.0] * n
         self._loaded: dict[str, Loaded] = {}
+        self._graphs = threading.local()  # (device, queue) -> executions recorded by this thread
+        self._merged_cache: dict[tuple, Loaded] = {}
 
     # -- devices ------------------------------------------------------------------------------
     def devices(self) -> list[DeviceInfo]:
@@ -210,8 +214,15 @@ class EmulatedDriver(Driver):
         self._device(device)
         program = loaded.program
         addresses, scratch = self._bind(device, program, args)
+        graph = self._graphs.__dict__.get((device, queue))
         try:
             with self._lock:
+                if graph is not None:  # runs now; its time is the graph's (end_graph)
+                    self._values(device, loaded, addresses)
+                    graph.append((loaded, tuple(int(a) for a in args)))
+                    at = self._queues.get((device, queue), 0.0)
+                    return ExecutionReport(program.name, device, queue, at, at, len(program.instructions),
+                                           in_graph=True)
                 start = max(self._queues.get((device, queue), 0.0), self._core_busy[device])
                 report = self._run(device, loaded, addresses, start, trace)
                 report.queue = queue
@@ -220,6 +231,44 @@ class EmulatedDriver(Driver):
             for a in scratch:
                 self.free(device, a)
         return report
+
+    # -- graphs: executions recorded as one program ----------------------------------------------
+    def begin_graph(self, device: int, queue: int = 0) -> bool:
+        self._device(device)
+        if (device, queue) in self._graphs.__dict__:
+            return False  # nested: the executions go into the open graph
+        self._graphs.__dict__[(device, queue)] = []
+        return True
+
+    def end_graph(self, device: int, queue: int = 0, trace: bool = False) -> ExecutionReport | None:
+        launches = self._graphs.__dict__.pop((device, queue), None)
+        if not launches:
+            return None
+        loaded, addresses = self._merged(launches)
+        with self._lock:
+            start = max(self._queues.get((device, queue), 0.0), self._core_busy[device])
+            report = self._time(device, loaded, start, trace)
+            report.queue = queue
+            self._queues[(device, queue)] = self._core_busy[device] = report.end_ns
+        return report
+
+    def _merged(self, launches: list) -> tuple[Loaded, list[int]]:
+        """The loaded merged program of ``launches`` and its addresses; cached by the launches' programs and
+        how their tensors share buffers (not where the buffers are: a graph's every call reuses its program)."""
+        programs = [loaded.program for loaded, _ in launches]
+        bindings = [args for _, args in launches]
+        lo, hi = merge.spans(programs, bindings)
+        which, starts, ends = merge.buffers(lo, hi)
+        key = (tuple(map(id, programs)), which.tobytes(), (lo - starts[which]).tobytes(), (ends - starts).tobytes())
+        hit = self._merged_cache.pop(key, None)
+        if hit is None:
+            program, _ = merge.merge(programs, bindings, self.profile, f"graph of {len(programs)} programs")
+            validate(program, self.profile)  # not kept in the digest-keyed load cache: one per graph shape
+            hit = Loaded(program, self._prepare(program))
+        self._merged_cache[key] = hit  # most recent last: the oldest goes first
+        while len(self._merged_cache) > GRAPH_CACHE_ENTRIES:
+            del self._merged_cache[next(iter(self._merged_cache))]
+        return hit, [int(s) for s in starts]
 
     def _bind(self, device: int, program: Program, args: Sequence[int]) -> tuple[list[int], list[int]]:
         given = [a for a in program.args if a.role != "scratch"]
@@ -242,10 +291,26 @@ class EmulatedDriver(Driver):
 
     def _run(self, device: int, loaded: Loaded, addresses: list[int], start_ns: float,
              trace: bool) -> ExecutionReport:
+        self._values(device, loaded, addresses)
+        return self._time(device, loaded, start_ns, trace)
+
+    def _values(self, device: int, loaded: Loaded, addresses: list[int]) -> None:
+        """Compute the program's results in memory."""
+        raise NotImplementedError
+
+    def _time(self, device: int, loaded: Loaded, start_ns: float, trace: bool) -> ExecutionReport:
+        """The program's execution on the device timeline, starting at ``start_ns``."""
         raise NotImplementedError
 
     def synchronize(self, device: int, queue: int | None = None) -> None:
         self._device(device)  # emulated execution completes before execute() returns
+
+    def enqueue(self, device: int, queue: int, duration_ns: float) -> tuple[float, float]:
+        self._device(device)
+        with self._lock:  # the engines stay free: _core_busy does not move
+            start = self._queues.get((device, queue), 0.0)
+            self._queues[(device, queue)] = end = start + duration_ns
+        return start, end
 
     def timeline(self, device: int, queue: int = 0) -> float:
         self._device(device)

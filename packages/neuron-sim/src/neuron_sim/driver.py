@@ -50,12 +50,13 @@ class SimDriver(EmulatedDriver):
             report.trace = chrome_trace(program, loaded.state, timing, device)
         return report
 
-    def _run(self, device, loaded, addresses, start_ns, trace):
-        program, plan = loaded.program, loaded.state
+    def _values(self, device, loaded, addresses):
         if self.values:
             core = self.core(device)
             try:
-                run_values(program, self.hbm, addresses, core, self.profile)
+                run_values(loaded.program, self.hbm, addresses, core, self.profile)
             finally:
                 core.repoison()  # every program starts from poisoned SBUF/PSUM, as after a fresh load
-        return self._report(device, loaded, run_timing(plan, start_ns, want_events=trace), trace)
+
+    def _time(self, device, loaded, start_ns, trace):
+        return self._report(device, loaded, run_timing(loaded.state, start_ns, want_events=trace), trace)

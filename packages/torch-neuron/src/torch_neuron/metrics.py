@@ -15,7 +15,8 @@ observers: list = []  # callables (op, ns) told of every native op, e.g. an acti
 def record_native(op: str, ns: float, programs: int = 1) -> None:
     native_calls[op] += 1
     device_ns[op] += ns
-    launches[op] += programs
+    if programs:  # an op inside a compiled graph launches none of its own (the graph is the program)
+        launches[op] += programs
     for observe in observers:
         observe(op, ns)
 

@@ -56,19 +56,28 @@ class profile(contextlib.ContextDecorator):
         self._driver = driver = runtime().driver
         untraced = driver.execute
 
+        untraced_graph = driver.end_graph
+
         def execute(device, loaded, args, queue=0, trace=False):  # shadows the method on this instance only
             report = untraced(device, loaded, args, queue=queue, trace=self.instructions or trace)
-            self._pending.append(report)
+            if not report.in_graph:  # a compiled graph's launches are timed as its one program (end_graph)
+                self._pending.append(report)
             return report
 
-        driver.execute = execute
+        def end_graph(device, queue=0, trace=False):
+            report = untraced_graph(device, queue, trace=self.instructions or trace)
+            if report is not None:
+                self._pending.append(report)
+            return report
+
+        driver.execute, driver.end_graph = execute, end_graph
         native_observers.append(self._on_native)
         fallback_observers.append(self._on_fallback)
         profile._active = self
         return self
 
     def __exit__(self, *exc):
-        del self._driver.execute  # the class's method again
+        del self._driver.execute, self._driver.end_graph  # the class's methods again
         native_observers.remove(self._on_native)
         fallback_observers.remove(self._on_fallback)
         profile._active = None

@@ -14,7 +14,10 @@ class NullDriver(EmulatedDriver):
     name = "null"
     priority = -1
 
-    def _run(self, device, loaded, addresses, start_ns, trace):
+    def _values(self, device, loaded, addresses):
+        pass  # validated at load; never computed
+
+    def _time(self, device, loaded, start_ns, trace):
         program = loaded.program
         return ExecutionReport(program.name, device, 0, start_ns, start_ns, len(program.instructions),
                                trace={"traceEvents": []} if trace else None)

@@ -19,6 +19,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import program_cache
 from ..metrics import record_compile
+from .device_graph import as_one_program, devices_of
 from .graph import fuse
 
 log = logging.getLogger("torch_neuron.compile")
@@ -33,7 +34,7 @@ def _compiler(kind: str):
         eager = sum(1 for n in gm.graph.nodes if n.op == "call_function") - len(regions)
         log.info("neuron %s graph: %d fused regions, %d other calls", kind, len(regions), eager)
         log.debug("%s", gm.code)
-        return make_boxed_func(gm.forward)
+        return as_one_program(kind, devices_of(example_inputs), make_boxed_func(gm.forward))
     return compile_graph
 
 
