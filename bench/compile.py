@@ -1,7 +1,8 @@
 """torch.compile(backend="neuron") against eager, one `bench compile <name>: <value> <unit>` line each.
 
-For a GPT block and for a small GPT, one training step (forward + backward, bf16 autocast) runs eagerly and
-compiled in the same process: wall time and simulated device time per step (medians), programs launched,
+For a GPT block and for a small GPT, one training step (gradients set to None, forward + backward, bf16 autocast)
+runs eagerly and compiled in the same process: wall time and simulated device time per step (medians), programs
+launched (a compiled graph's call is one program),
 and the compiled/eager ratios (targets: device <= 0.5x, wall <= 0.3x for the small GPT). Compile time is
 measured in fresh processes sharing one program cache: cold (empty cache) and warm (every fused program a
 cache hit); each is the first compiled step minus a steady compiled step, after Dynamo itself was imported
