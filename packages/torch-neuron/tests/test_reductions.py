@@ -125,6 +125,30 @@ def test_dtype_argument_casts_first():
     check(got, (x.sum(1, dtype=torch.float32), x.mean(0, dtype=torch.float32), x.prod(dtype=torch.float32)))
 
 
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_16bit_sums_into_float32_in_one_program(dtype, dim):
+    """A bias gradient under autocast: sum(dtype=float32) of a 16-bit tensor, summed with no float32 copy."""
+    x = data((512, 96), dtype) * 3
+    xd = x.to(DEV)
+    torch.neuron.reset_metrics()
+    with native("sum"):
+        got = xd.sum(dim, dtype=torch.float32)
+    assert torch.neuron.metrics()["programs"] == {"sum": 1}
+    check(got, x.sum(dim, dtype=torch.float32), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_16bit_sums_over_an_outer_dim_keep_their_precision(dtype):
+    """The outer-dim sum runs on TensorE: its operand tiles must keep the input's dtype (float16 was loaded
+    as bfloat16, ~8x the error of the float16 result's own rounding)."""
+    x = data((700, 200), dtype) * 3
+    want = x.float().sum(0)
+    got = x.to(DEV).sum(0).cpu().float()
+    cpu_rounding = (x.sum(0).float() - want).abs().max()
+    assert (got - want).abs().max() <= 2 * cpu_rounding
+
+
 # -- shapes, layouts, out= -----------------------------------------------------------------------------
 def test_non_contiguous_inputs():
     x = data((6, 8, 4))

@@ -950,7 +950,7 @@ def sum_outer_tensore(ctx: Ctx, op, x, dst, K0: int, R: int, K1: int, wdt: DType
     element is read once), accumulating the column sums in fp32 PSUM, columns on partitions. They are
     then transposed back to rows (TensorE) for contiguous stores."""
     P = ctx.P
-    pdt = F32 if wdt is F32 else BF16
+    pdt = wdt if wdt in (F32, BF16, DType.float16) else F32  # TensorE's float dtypes; exact products with ones
     kc = _min(K1, E, P * nl.tile_size.psum_fmax)  # columns per load: the per-partition budget
     rows = _min(P, R)  # rows of R per load, on partitions
     ones = ctx.ones(P, 1, pdt)
@@ -1064,12 +1064,15 @@ def _float_only(x, what):
 
 
 @nk.kernel(name="sum", tunables=TUNE)
-def sum(x, dim=None, keepdim=False, tile_kib=16, layout="auto"):  # noqa: A001
-    """torch.sum(x, dim, keepdim). Floats keep their dtype (fp32 accumulation); ints/bool -> int64
+def sum(x, dim=None, keepdim=False, dtype=None, tile_kib=16, layout="auto"):  # noqa: A001
+    """torch.sum(x, dim, keepdim). Floats keep their dtype (fp32 accumulation) or, with ``dtype`` float32, give
+    float32 (the sum of the exactly widened values: what summing a float32 copy gives); ints/bool -> int64
     (exact int32 accumulation, wrapping beyond it)."""
     ctx = Ctx()
     dims = norm_dims(x.ndim, dim)
-    odt = I64 if is_int(x.dtype) else x.dtype
+    if dtype is not None and (not x.dtype.is_float or dtype != F32):
+        raise KernelError(f"sum: dtype={dtype} is only taken for float inputs summed into float32, got {x.dtype}")
+    odt = I64 if is_int(x.dtype) else (dtype or x.dtype)
     out = _out(reduced_shape(x.shape, dims, keepdim), odt, "out")
     reduce_all(ctx, SumOp(ctx, x.dtype), x, dims, [out], budget=tile_kib * 1024, layout=layout)
     return out

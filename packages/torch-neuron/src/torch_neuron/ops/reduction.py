@@ -81,6 +81,10 @@ def _int_sum_exact(dtype: torch.dtype, count: int) -> bool:
 
 # -- sum / mean / prod ----------------------------------------------------------------------------
 def sum_dim(self, dim=None, keepdim=False, *, dtype=None):
+    if dtype == torch.float32 and self.dtype in (torch.bfloat16, torch.float16) and self.numel():
+        # widening is exact: the kernel sums the 16-bit values into float32 with no float32 copy of them
+        dims, _, _ = plan(self, dim, keepdim)
+        return run("sum", reduce.sum, contig(self), dims, keepdim, dtype=dtype)[0]
     x = cast_to(self, dtype)
     dims, oshape, count = plan(self, dim, keepdim)
     # -- int64-result sums beyond int32 (exact byte sums, reduction_int64) --
