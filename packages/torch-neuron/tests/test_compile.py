@@ -5,6 +5,7 @@ the on-disk program cache is shared by processes."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -182,6 +183,80 @@ def test_each_graph_runs_as_one_device_program_overlapping_independent_kernels()
         compiled(*args)
     assert [e.op for e in prof.events] == ["compiled inference graph"]
     assert prof.events[0].end_ns - prof.events[0].start_ns == pytest.approx(graph_ns)
+
+
+class HandWrittenAttention(nn.Module):
+    def __init__(self, d=32, heads=4, divide=False, dropout=0.0):
+        super().__init__()
+        self.qkv, self.heads, self.divide, self.dropout = nn.Linear(d, 3 * d), heads, divide, dropout
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2) for y in self.qkv(x).split(d, dim=-1))
+        scores = q @ k.transpose(-2, -1)
+        scores = scores / math.sqrt(q.shape[-1]) if self.divide else scores * q.shape[-1] ** -0.5
+        if mask is not None:
+            scores = scores + mask
+        probs = nn.functional.dropout(scores.softmax(dim=-1), self.dropout, self.training)
+        return (probs @ v).transpose(1, 2).reshape(b, t, d)
+
+
+def attention_kernels() -> tuple[int, int]:
+    native = torch.neuron.metrics()["native"]
+    return native.get("scaled_dot_product_attention", 0), native.get("bmm", 0) + native.get("_softmax", 0)
+
+
+@pytest.mark.parametrize("divide", [False, True])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_hand_written_attention_runs_the_flash_kernel(divide, with_mask):
+    torch.manual_seed(0)
+    model = HandWrittenAttention(divide=divide).eval().to(DEV)
+    x = torch.randn(2, 8, 32).to(DEV)
+    mask = torch.randn(8, 8).to(DEV) if with_mask else None
+    want = model(x, mask)
+    want.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.neuron.reset_metrics()
+    got = torch.compile(model, backend="neuron")(x, mask)
+    got.square().sum().backward()
+    assert compile_counts()["attention_fused"] == 1 and attention_kernels() == (1, 0)
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g, **TOL[torch.float32])
+
+
+def test_attention_whose_probabilities_are_used_elsewhere_or_dropped_out_stays_as_written():
+    class Returns(HandWrittenAttention):
+        def forward(self, x):
+            q = k = v = self.qkv(x)[..., :32]
+            probs = (q @ k.transpose(-2, -1)).softmax(-1)
+            return probs @ v, probs
+    x = torch.randn(2, 8, 32).to(DEV)
+    for model in (Returns().to(DEV), HandWrittenAttention(dropout=0.5).train().to(DEV)):
+        torch.neuron.reset_metrics()
+        torch.compile(model, backend="neuron")(x)
+        assert "attention_fused" not in compile_counts() and attention_kernels()[0] == 0
+
+
+def test_hugging_face_eager_attention_runs_the_flash_kernel():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(DEV)
+    ids = torch.randint(0, 64, (2, 8)).to(DEV)
+    want = model(ids, labels=ids)
+    want.loss.backward()
+    grad = model.model.embed_tokens.weight.grad.clone()
+    model.zero_grad()
+    torch.neuron.reset_metrics()
+    got = torch.compile(model, backend="neuron")(ids, labels=ids)
+    got.loss.backward()
+    assert compile_counts()["attention_fused"] == 2 and attention_kernels() == (2, 0)
+    torch.testing.assert_close(got.logits, want.logits, **TOL[torch.float32])
+    torch.testing.assert_close(model.model.embed_tokens.weight.grad, grad, **TOL[torch.float32])
 
 
 def test_dynamic_shapes_compile_once():

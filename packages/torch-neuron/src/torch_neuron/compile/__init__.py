@@ -1,5 +1,7 @@
-"""``torch.compile(model, backend="neuron")``: see ``dynamo`` (the backend: Dynamo + AOTAutograd), ``graph`` (the graph
-compiler), ``fusion`` (which ops fuse), ``lowering`` (aten ops as formulas) and ``region`` (a fused program)."""
+"""``torch.compile(model, backend="neuron")``: see ``dynamo`` (the backend: Dynamo + AOTAutograd),
+``attention`` (hand-written attention to the flash kernel), ``graph`` (the graph compiler), ``fusion`` (which ops
+fuse), ``lowering`` (aten ops as formulas), ``region`` (a fused program) and ``device_graph`` (a graph's call as one
+device program)."""
 
 from .dynamo import backend
 

@@ -1,12 +1,13 @@
 """``torch.compile(backend="neuron")``: Dynamo graphs through AOTAutograd into the neuron graph compiler.
 
-AOTAutograd traces the forward and the backward into functional aten graphs (no decompositions beyond
-the ones the dispatcher applies itself: matmuls, softmax, norms, attention and the fused optimizer
-steps keep their single-kernel ops) and partitions them as eager autograd does: the backward reads what the
-forward saved (the min-cut rematerializer would recompute elementwise values instead, which pays off only when
-the recomputation fuses into the backward's kernels; here it would mostly be extra programs). Each graph then
-goes through ``graph.fuse``.
-Dynamo finds the backend through the ``torch_dynamo_backends`` entry point.
+Dynamo's graph first has its hand-written attention turned into ``scaled_dot_product_attention``
+(``attention``), so forward and backward get the flash kernel. AOTAutograd then traces the forward and the
+backward into functional aten graphs (no decompositions beyond the ones the dispatcher applies itself: matmuls,
+softmax, norms, attention and the fused optimizer steps keep their single-kernel ops) and partitions them as eager
+autograd does: the backward reads what the forward saved (the min-cut rematerializer would recompute elementwise
+values instead, which pays off only when the recomputation fuses into the backward's kernels; here it would mostly
+be extra programs). Each graph then goes through ``graph.fuse``, and each call of it runs as one device program
+(``device_graph``). Dynamo finds the backend through the ``torch_dynamo_backends`` entry point.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch._dynamo.backends.common import aot_autograd
 
 from .. import program_cache
 from ..metrics import record_compile
+from .attention import fuse_attention
 from .device_graph import as_one_program, devices_of
 from .graph import fuse
 
@@ -38,10 +40,19 @@ def _compiler(kind: str):
     return compile_graph
 
 
-backend = aot_autograd(
+_aot = aot_autograd(
     fw_compiler=_compiler("forward"),
     bw_compiler=_compiler("backward"),
     inference_compiler=_compiler("inference"),
     partition_fn=default_partition,
     keep_inference_input_mutations=True,
 )
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs):
+    """Dynamo's graph: hand-written attention to the flash kernel, then AOTAutograd and the graph compiler."""
+    fused = fuse_attention(gm)
+    if fused:
+        record_compile("attention_fused", fused)
+        log.info("neuron: %d hand-written attention(s) run as scaled_dot_product_attention", fused)
+    return _aot(gm, example_inputs)
