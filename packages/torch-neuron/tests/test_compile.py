@@ -255,8 +255,58 @@ def test_hugging_face_eager_attention_runs_the_flash_kernel():
     got = torch.compile(model, backend="neuron")(ids, labels=ids)
     got.loss.backward()
     assert compile_counts()["attention_fused"] == 2 and attention_kernels() == (2, 0)
+    assert compile_counts()["rms_norms_fused"] == 5  # two per layer and the final one
     torch.testing.assert_close(got.logits, want.logits, **TOL[torch.float32])
     torch.testing.assert_close(model.model.embed_tokens.weight.grad, grad, **TOL[torch.float32])
+
+
+class HandWrittenRMSNorm(nn.Module):
+    def __init__(self, d=48, eps=1e-6, square=lambda h: h.pow(2)):
+        super().__init__()
+        self.weight, self.eps, self.square = nn.Parameter(torch.rand(d) + 0.5), eps, square
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(self.square(h).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("square", [lambda h: h.pow(2), lambda h: h * h, lambda h: h ** 2], ids=["pow", "mul", "op"])
+def test_hand_written_rms_norm_runs_the_norm_kernels(square):
+    torch.manual_seed(0)
+    model = HandWrittenRMSNorm(square=square).to(DEV)
+    x = (torch.randn(3, 5, 48) * 4).to(DEV).requires_grad_()
+    want = model(x)
+    want.sin().sum().backward()
+    grads = [x.grad.clone(), model.weight.grad.clone()]
+    x.grad = model.weight.grad = None
+    torch.neuron.reset_metrics()
+    got = torch.compile(model, backend="neuron")(x)
+    got.sin().sum().backward()
+    native = torch.neuron.metrics()["native"]
+    assert compile_counts()["rms_norms_fused"] == 1
+    assert native["_fused_rms_norm"] == native["_fused_rms_norm_backward"] == 1 and "mean" not in native
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    for g, w in zip((x.grad, model.weight.grad), grads):
+        torch.testing.assert_close(g, w, **TOL[torch.float32])
+
+
+def test_rms_norm_of_16_bit_values_or_with_shared_intermediates_stays_as_written():
+    class NoUpcast(HandWrittenRMSNorm):
+        def forward(self, x):  # eager rounds each step to bfloat16: the norm kernel would not
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    class Shared(HandWrittenRMSNorm):
+        def forward(self, x):
+            var = x.pow(2).mean(-1, keepdim=True)
+            return x * torch.rsqrt(var + self.eps), var
+    x = torch.randn(4, 48)
+    for model, inp in ((NoUpcast().to(DEV), x.to(torch.bfloat16)), (Shared().to(DEV), x)):
+        want = model(inp.to(DEV))
+        torch.neuron.reset_metrics()
+        got = torch.compile(model, backend="neuron")(inp.to(DEV))
+        assert "rms_norms_fused" not in compile_counts()
+        torch.testing.assert_close(got, want, **TOL[inp.dtype])
 
 
 def test_dynamic_shapes_compile_once():

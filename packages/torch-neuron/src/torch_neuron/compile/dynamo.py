@@ -1,7 +1,8 @@
 """``torch.compile(backend="neuron")``: Dynamo graphs through AOTAutograd into the neuron graph compiler.
 
 Dynamo's graph first has its hand-written attention turned into ``scaled_dot_product_attention``
-(``attention``), so forward and backward get the flash kernel. AOTAutograd then traces the forward and the
+(``attention``) and its hand-written RMSNorms into ``rms_norm`` (``norms``), so forward and backward get the
+flash and norm kernels. AOTAutograd then traces the forward and the
 backward into functional aten graphs (no decompositions beyond the ones the dispatcher applies itself: matmuls,
 softmax, norms, attention and the fused optimizer steps keep their single-kernel ops) and partitions them as eager
 autograd does: the backward reads what the forward saved (the min-cut rematerializer would recompute elementwise
@@ -23,6 +24,7 @@ from ..metrics import record_compile
 from .attention import fuse_attention
 from .device_graph import as_one_program, devices_of
 from .graph import fuse
+from .norms import fuse_rms_norms
 
 log = logging.getLogger("torch_neuron.compile")
 
@@ -50,9 +52,12 @@ _aot = aot_autograd(
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs):
-    """Dynamo's graph: hand-written attention to the flash kernel, then AOTAutograd and the graph compiler."""
-    fused = fuse_attention(gm)
-    if fused:
-        record_compile("attention_fused", fused)
-        log.info("neuron: %d hand-written attention(s) run as scaled_dot_product_attention", fused)
+    """Dynamo's graph: hand-written attention and RMSNorm to their kernels, then AOTAutograd and the graph
+    compiler."""
+    for name, rewrite, kernel in (("attention_fused", fuse_attention, "scaled_dot_product_attention"),
+                                  ("rms_norms_fused", fuse_rms_norms, "rms_norm")):
+        fused = rewrite(gm)
+        if fused:
+            record_compile(name, fused)
+            log.info("neuron: %d hand-written %s run as %s", fused, name.split("_")[0], kernel)
     return _aot(gm, example_inputs)
