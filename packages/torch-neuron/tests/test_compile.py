@@ -232,11 +232,20 @@ def test_attention_whose_probabilities_are_used_elsewhere_or_dropped_out_stays_a
             q = k = v = self.qkv(x)[..., :32]
             probs = (q @ k.transpose(-2, -1)).softmax(-1)
             return probs @ v, probs
+    class LearnedBias(HandWrittenAttention):
+        def __init__(self):
+            super().__init__()
+            self.bias = nn.Parameter(torch.randn(4, 8, 8))
+
+        def forward(self, x):
+            return super().forward(x, self.bias)
     x = torch.randn(2, 8, 32).to(DEV)
-    for model in (Returns().to(DEV), HandWrittenAttention(dropout=0.5).train().to(DEV)):
+    for model in (Returns().to(DEV), HandWrittenAttention(dropout=0.5).train().to(DEV), LearnedBias().to(DEV)):
         torch.neuron.reset_metrics()
-        torch.compile(model, backend="neuron")(x)
+        out = torch.compile(model, backend="neuron")(x)
         assert "attention_fused" not in compile_counts() and attention_kernels()[0] == 0
+    out.sum().backward()
+    assert model.bias.grad is not None and model.bias.grad.abs().sum() > 0
 
 
 def test_hugging_face_eager_attention_runs_the_flash_kernel():

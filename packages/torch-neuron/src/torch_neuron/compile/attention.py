@@ -10,8 +10,9 @@ forward and the backward get the fused kernel. It matches, each value used only 
 
 and replaces it with ``scaled_dot_product_attention(q, kt.transpose(-2, -1), v, attn_mask=mask, scale=s)``,
 which computes the same function. Only chains whose operands, scores and mask share one floating dtype are
-rewritten (autocast's mixed dtypes and integer or boolean masks stay as written), and only where q, k, v
-have the same batch dims (SDPA does not broadcast them as matmul does).
+rewritten (autocast's mixed dtypes and integer or boolean masks stay as written), only where q, k, v
+have the same batch dims (SDPA does not broadcast them as matmul does), and only with a mask that needs no
+gradient (a learned bias added to the scores, as T5's, would lose its).
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ def _dtypes_and_shapes_fit(q, kt, v, mask, chain, out) -> bool:
     if qv.shape[-1] != ktv.shape[-2] or ktv.shape[-1] != vv.shape[-2]:
         return False
     if mask is not None:
+        if vals[-1].requires_grad:
+            return False  # a learned bias (T5's relative positions): SDPA gives no gradient for attn_mask
         scores = _val(chain[0])
         try:
             return torch.broadcast_shapes(vals[-1].shape, scores.shape) == scores.shape
