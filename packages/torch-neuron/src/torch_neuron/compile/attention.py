@@ -13,6 +13,11 @@ which computes the same function. Only chains whose operands, scores and mask sh
 rewritten (autocast's mixed dtypes and integer or boolean masks stay as written), only where q, k, v
 have the same batch dims (SDPA does not broadcast them as matmul does), and only with a mask that needs no
 gradient (a learned bias added to the scores, as T5's, would lose its).
+
+One difference remains, torch's own: a query row whose every key is masked with a finite minimum (left padding
+in Hugging Face's float masks) has the same uniform output either way, but its gradient is an artifact of
+rounding (the true one is zero), and torch's SDPA produces another artifact than the written-out formula. The
+rewritten model then trains as with ``attn_implementation="sdpa"``; on the CPU the two differ the same way.
 """
 
 from __future__ import annotations
