@@ -1,0 +1,68 @@
+"""interpolate's backward on the neuron device (ops/upsample_backward.py) against PyTorch CPU: every mode and
+dimensionality aten has a backward op for, integer, fractional and downsampling factors, explicit sizes,
+align_corners both ways, bf16 gradients, the grad_input= overload and explicit scales; strict (no fallback)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_neuron_testing.native import native
+
+DEV = "neuron"
+MODES = {"nearest": (1, 2, 3), "nearest-exact": (1, 2, 3), "linear": (1,), "bilinear": (2,), "bicubic": (2,),
+         "trilinear": (3,)}
+BACKWARD = {"nearest": "upsample_nearest{}d_backward", "nearest-exact": "_upsample_nearest_exact{}d_backward",
+            "linear": "upsample_linear1d_backward", "bilinear": "upsample_bilinear2d_backward",
+            "bicubic": "upsample_bicubic2d_backward", "trilinear": "upsample_trilinear3d_backward"}
+SIZES = [dict(scale_factor=2), dict(scale_factor=3), dict(scale_factor=0.5), dict(scale_factor=1.7),
+         dict(scale_factor=2.5, recompute_scale_factor=True), "five", "three"]
+
+
+def grads(x: torch.Tensor, **kw):
+    """(output, input gradient) on the CPU and on the device for one random output gradient."""
+    cpu, dev = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    want = F.interpolate(cpu, **kw)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got = F.interpolate(dev, **kw)
+    got.backward(g.to(DEV))
+    return got, want, dev.grad, cpu.grad
+
+
+@pytest.mark.parametrize("mode,dims", [(m, d) for m, ds in MODES.items() for d in ds])
+def test_interpolate_backward_matches_cpu(mode, dims):
+    torch.manual_seed(0)
+    x = torch.randn((2, 3, 4, 6, 5)[:2 + dims])
+    aligns = [None] if "nearest" in mode else [False, True]
+    for size in SIZES:
+        for align in aligns:
+            kw = dict(size=(5 if size == "five" else 3,) * dims) if isinstance(size, str) else dict(size)
+            if align is not None:
+                kw["align_corners"] = align
+            with native(BACKWARD[mode].format(dims)):
+                got, want, got_grad, want_grad = grads(x, mode=mode, **kw)
+            torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got_grad.cpu(), want_grad, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, kw=kw: f"{kw}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+def test_interpolate_backward_bf16_accumulates_in_float32(mode):
+    torch.manual_seed(0)
+    kw = {} if mode == "nearest" else dict(align_corners=mode == "bicubic")
+    with native(None):
+        _, _, got, want = grads(torch.randn(2, 3, 5, 7).bfloat16(), scale_factor=2, mode=mode, **kw)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+def test_upsample_backward_overloads_and_explicit_scales():
+    g = torch.randn(2, 3, 8, 8)
+    out = torch.empty(0, device=DEV)
+    op = torch.ops.aten.upsample_nearest2d_backward
+    assert op.grad_input(g.to(DEV), [8, 8], [2, 3, 4, 4], None, None, grad_input=out) is out
+    torch.testing.assert_close(out.cpu(), op(g, [8, 8], [2, 3, 4, 4]))
+    bilinear = torch.ops.aten.upsample_bilinear2d_backward
+    torch.testing.assert_close(bilinear(g.to(DEV), [8, 8], [2, 3, 3, 5], False, 2.7, 1.6).cpu(),
+                               bilinear(g, [8, 8], [2, 3, 3, 5], False, 2.7, 1.6), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="shape of the output"):
+        op(g.to(DEV), [8, 9], [2, 3, 4, 4])
