@@ -96,11 +96,12 @@ def _register() -> None:
                                                          for_storage=True)
     rt = runtime()
     _C._init(rt, rt.device_count())
-    from . import compat, ops, program_cache
+    from . import compat, distributed, ops, program_cache
 
     program_cache.enable()
     ops.register()
     compat.register(ops.registry.LIB)
+    distributed.register()  # the c10d backend `neuron`; its extension is built on first use
 
 
 _register()

@@ -18,32 +18,34 @@ import torch
 CSRC = Path(__file__).with_name("csrc")
 
 
-def _sources() -> list[Path]:
-    return sorted(p for p in CSRC.iterdir() if p.suffix in (".cpp", ".h"))
+def _sources(csrc: Path = CSRC) -> list[Path]:
+    return sorted(p for p in csrc.iterdir() if p.suffix in (".cpp", ".h"))
 
 
-def build_dir() -> Path:
-    digest = hashlib.sha256(str(CSRC.resolve()).encode())
-    for p in _sources():
+def build_dir(csrc: Path = CSRC, prefix: str = "torch") -> Path:
+    digest = hashlib.sha256(str(csrc.resolve()).encode())
+    for p in _sources(csrc):
         digest.update(p.name.encode() + b"\0" + p.read_bytes())
     root = Path(os.environ.get("TORCH_NEURON_BUILD_DIR", Path.home() / ".cache" / "torch-neuron"))
-    path = root / f"torch-{torch.__version__}-{digest.hexdigest()[:16]}"
+    path = root / f"{prefix}-{torch.__version__}-{digest.hexdigest()[:16]}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def load():
+def load(csrc: Path = CSRC, name: str = "torch_neuron_C", prefix: str = "torch"):
+    """The extension built from the sources in ``csrc`` (the core's by default; torch_neuron.distributed
+    builds its own from its own directory, under a build directory named by ``prefix``)."""
     from torch.utils import cpp_extension
 
-    path = build_dir()
+    path = build_dir(csrc, prefix)
     with open(path / "build.flock", "w") as held:
         # cpp_extension's own lock is a file that outlives a killed build and then blocks every later
         # import forever; an flock dies with its holder, and whoever holds it may clear that stale file
         fcntl.flock(held, fcntl.LOCK_EX)
         (path / "lock").unlink(missing_ok=True)
         return cpp_extension.load(
-            name="torch_neuron_C",
-            sources=[str(p) for p in _sources() if p.suffix == ".cpp"],
+            name=name,
+            sources=[str(p) for p in _sources(csrc) if p.suffix == ".cpp"],
             build_directory=str(path),
             extra_cflags=["-O2", "-DTORCH_NEURON"],
             verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
