@@ -1,4 +1,4 @@
-"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job)."""
+"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job), torchtitan (TorchTitan's debug model on 2 neuron ranks against CPU/gloo)."""
 
 import os
 
@@ -22,7 +22,8 @@ def install(session, *extra):
 # under pytest-xdist on both cores, which also turns a crash in native code into one failed test instead of a
 # dead run.
 DB_TESTS = [f"packages/torch-neuron/tests/{f}" for f in ("test_ops.py", "test_modules.py", "test_optim.py")]
-TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest", "safetensors", "transformers")
+TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expecttest", "safetensors", "transformers",
+             "accelerate", "peft", "trl", "diffusers", "datasets")
 
 
 @nox.session(python=PYTHON)
@@ -63,6 +64,7 @@ def bench(session):
     session.run("python", "bench/kernels.py", env=env)
     session.run("python", "bench/torch_ops.py", env=env)
     session.run("python", "bench/compile.py", env=env)
+    session.run("python", "bench/distributed.py", env=env)
 
 
 @nox.session(python=PYTHON)
@@ -70,6 +72,14 @@ def demo(session):
     """Train a small GPT with PyTorch on a simulated Trainium2 core: loss, simulated step time, tokens/s, MFU."""
     install(session)
     session.run("python", "demo/gpt.py", *session.posargs,
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
+
+
+@nox.session(python=PYTHON)
+def torchtitan(session):
+    """TorchTitan's llama3 debug model on 2 neuron ranks (FSDP2), losses against the same run on CPU/gloo (issue 6)."""
+    install(session, "torchtitan", "triton")
+    session.run("python", "demo/run_torchtitan.py", *session.posargs,
                 env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")})
 
 

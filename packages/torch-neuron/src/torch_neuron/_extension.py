@@ -8,9 +8,11 @@ without rebuilding.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -43,10 +45,25 @@ def load(csrc: Path = CSRC, name: str = "torch_neuron_C", prefix: str = "torch")
         # import forever; an flock dies with its holder, and whoever holds it may clear that stale file
         fcntl.flock(held, fcntl.LOCK_EX)
         (path / "lock").unlink(missing_ok=True)
-        return cpp_extension.load(
-            name=name,
-            sources=[str(p) for p in _sources(csrc) if p.suffix == ".cpp"],
-            build_directory=str(path),
-            extra_cflags=["-O2", "-DTORCH_NEURON"],
-            verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
-        )
+        with _own_ninja_first():
+            return cpp_extension.load(
+                name=name,
+                sources=[str(p) for p in _sources(csrc) if p.suffix == ".cpp"],
+                build_directory=str(path),
+                extra_cflags=["-O2", "-DTORCH_NEURON"],
+                verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
+            )
+
+
+@contextlib.contextmanager
+def _own_ninja_first():
+    """cpp_extension runs the ``ninja`` it finds on PATH. Another ninja version (a system one, for a process
+    started with another PATH) reads the build directory's log as foreign and rebuilds everything, and the next
+    process with this environment's ninja rebuilds it back: the ninja installed next to this interpreter goes
+    first, whatever PATH the process was given."""
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), old])
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
