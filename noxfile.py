@@ -1,4 +1,5 @@
-"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job), torchtitan (TorchTitan's debug model on 2 neuron ranks against CPU/gloo)."""
+"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job),
+torchtitan (TorchTitan's debug model on 2 neuron ranks against CPU/gloo)."""
 
 import os
 
