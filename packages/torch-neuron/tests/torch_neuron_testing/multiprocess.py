@@ -8,6 +8,7 @@ failure or timeout every process still alive is terminated, then killed, and joi
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import multiprocessing
 import os
 import pickle
@@ -15,15 +16,17 @@ import queue
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 START_TIMEOUT = 120.0  # seconds for a rank to import torch and build the backend on busy cores
 
 
-def _child(fn, rank, world, store_path, backend, pg_timeout, env, args, results):
+def _child(target, rank, world, store_path, backend, pg_timeout, env, args, results):
     os.environ.update(env)
     import torch.distributed as dist
 
     try:
+        fn = _load(*target)
         store = dist.FileStore(store_path, world)
         kwargs = {} if backend is None else {"backend": backend}
         dist.init_process_group(store=store, rank=rank, world_size=world,
@@ -37,6 +40,19 @@ def _child(fn, rank, world, store_path, backend, pg_timeout, env, args, results)
         dist.destroy_process_group()
     finally:
         _exit(results, 0)
+
+
+def _where(fn) -> tuple[str, str]:
+    """A function as (its file, its name): pytest imports test modules under names a spawned process cannot
+    import (``--import-mode=importlib``), so the rank loads the file itself."""
+    return fn.__code__.co_filename, fn.__qualname__
+
+
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(f"_rank_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 def _exit(results, code: int) -> None:
@@ -54,7 +70,7 @@ def run(fn, world: int, *args, timeout: float = 180.0, backend: str | None = "cp
     with tempfile.TemporaryDirectory() as tmp:
         store_path = os.path.join(tmp, "store")
         procs = [ctx.Process(target=_child, daemon=True,
-                             args=(fn, r, world, store_path, backend, pg_timeout, env or {}, args, results))
+                             args=(_where(fn), r, world, store_path, backend, pg_timeout, env or {}, args, results))
                  for r in range(world)]
         ok = False
         try:
