@@ -1,5 +1,5 @@
-"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job),
-torchtitan (TorchTitan's debug model on 2 neuron ranks against CPU/gloo)."""
+"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job), zoo (the
+Transformers model zoo), torchtitan (TorchTitan's debug model on 2 neuron ranks against CPU/gloo)."""
 
 import os
 
@@ -48,6 +48,16 @@ def opinfo(session):
     updating = "--update-exclusions" in session.posargs
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--timeout", "3600", *DB_TESTS,
                 *session.posargs, env=env, success_codes=[0, 1] if updating else [0])
+
+
+@nox.session(python=PYTHON)
+def zoo(session):
+    """The Transformers model zoo: every architecture of transformers' causal-LM mapping, tiny and random, forward /
+    backward / greedy generate() on neuron against the CPU, one process per architecture (`-- --jobs N` runs N at
+    once; default 1); writes docs/zoo.md (status table, coverage) and docs/zoo.json."""
+    install(session, "transformers")
+    session.run("python", "bench/zoo.py", *session.posargs,
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "HF_HUB_OFFLINE": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -260,6 +260,18 @@ def test_index_tensors_may_live_on_the_cpu():
     same(got, x[torch.tensor([3, 1])])
 
 
+def test_a_single_index_with_a_stride_other_than_one():
+    """torch.where(mask) of a one-element mask gives columns of its [1, 2] nonzero: shape [1], stride 2, which
+    counts as contiguous (an MoE picking the tokens of an expert during generate() does this)."""
+    x = torch.randn(5, 3)
+    pairs = torch.tensor([[0, 4], [2, 1]])
+    idx = pairs[0:1, 1]
+    assert idx.shape == (1,) and idx.stride() == (2,) and idx.is_contiguous()
+    with native("index"):
+        got = x.to(DEV)[pairs.to(DEV)[0:1, 1]]
+    same(got, x[idx])
+
+
 @pytest.mark.parametrize("case", ["one", "negative", "adjacent", "separated", "broadcast", "mask_all", "mask_dims"])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_index_put_matches_cpu(case, accumulate):

@@ -163,6 +163,24 @@ def test_topk():
     same((v, i), torch.topk(x, 3))
 
 
+def test_topk_with_ties_gives_torchs_indices():
+    """float32 rows do tie in models (a zero router, ReLU'd indexer scores, -inf masked keys): the selection and
+    order of tied indices are libstdc++'s on the CPU, so such calls take the CPU's answer; no tie stays native."""
+    ninf = float("-inf")
+    rows = [torch.full((3, 4), 0.5), torch.tensor([[0.1, 0.5, 0.3, 0.5, 0.5]]),
+            torch.tensor([[0.0, 0.0, 1.0, 0.0, ninf, ninf], [2.0, ninf, ninf, ninf, ninf, ninf]])]
+    for x in rows:
+        for k in (1, 2, 3):
+            same(torch.topk(x.to(DEV), k), torch.topk(x, k))
+    torch.neuron.reset_metrics()
+    same(torch.topk(rows[0].to(DEV), 2), torch.topk(rows[0], 2))
+    assert torch.neuron.metrics()["fallback"].get("topk")
+    torch.neuron.reset_metrics()
+    x = torch.tensor([[0.5, 0.5, 0.1, 0.9]])  # the tie is below the selected head: native
+    same(torch.topk(x.to(DEV), 1), torch.topk(x, 1))
+    assert not torch.neuron.metrics()["fallback"]
+
+
 def test_mode():
     x = torch.tensor([[3.0, 1, 1, 3, 2, 2, 5], [1, 2, 3, 4, 5, 6, 7], [7, 7, 7, 1, 1, 1, 0]])
     for t in (x, x.bfloat16(), x.to(torch.int16)):

@@ -83,6 +83,28 @@ def test_masks_broadcast_like_torch(mask_shape, boolean):
         close(d, c, torch.float32)
 
 
+@pytest.mark.parametrize("kind", ["finfo_min", "boolean"])
+def test_rows_with_every_key_masked_match_cpu(kind):
+    """Hugging Face masks use finfo.min as minus infinity (the kernel divides the mask by the scale: it must not
+    overflow to -inf and give NaN); a boolean mask's all-False row gives zeros and zero gradients on the CPU."""
+    torch.manual_seed(6)
+    q, k, v = torch.randn(2, 2, 7, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
+    if kind == "boolean":
+        mask = torch.rand(2, 1, 7, 9) > 0.3
+        mask[0, :, 2] = False
+        mask[1, :, 5] = False
+    else:
+        mask = torch.zeros(2, 1, 7, 9)
+        mask[0, :, 2] = torch.finfo(torch.float32).min
+        mask[1, :, 4, 3:] = torch.finfo(torch.float32).min
+    fwd = native_calls(FWD)
+    got, want, dgrads, cgrads = run_both(q, k, v, attn_mask=mask)
+    assert native_calls(FWD) == fwd + 1
+    close(got, want, torch.float32)
+    for d, c in zip(dgrads, cgrads):
+        close(d, c, torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_sixteen_bit_inputs(dtype):
     torch.manual_seed(2)

@@ -12,6 +12,13 @@ aten's own decomposition (bmm, softmax, ...) on the other native ops.
 Masks: aten turns a boolean mask into an additive float one before calling the op; the kernel takes
 [Sq, Skv] or [BH, Sq, Skv], so a mask broadcast over batch and heads is passed as its [Sq, Skv] plane and
 other broadcasts are materialized. ``is_causal`` is top-left aligned in both torch and the kernel.
+
+Masked rows as torch has them: the kernel divides the mask by the scale, so the finite "minus infinity" of
+Hugging Face masks (``finfo.min``) would overflow to -inf; mask entries below ``finfo(float32).min * scale / 4``
+are raised to that floor first (exp of either is 0 next to any unmasked key; a row of nothing but such entries
+stays uniform, as on the CPU). A row whose keys are all -inf (a boolean mask's False) gives a zero output and
+zero gradients, as torch's CPU and CUDA kernels do: its logsumexp is set to +inf, which makes every
+probability the backward kernel recomputes for it exp(-inf) = 0.
 """
 
 from __future__ import annotations
@@ -72,13 +79,26 @@ def _heads(t: torch.Tensor) -> torch.Tensor:
     return contig(t).reshape(-1, *t.shape[-2:])
 
 
-def _kernel_mask(mask, q, skv):
+def _scale(q, scale) -> float:
+    return abs(scale) if scale is not None else q.shape[-1] ** -0.5
+
+
+def _floored(mask, s):
+    """Entries below the floor the kernel's division by the scale ``s`` survives, raised to it; -inf kept."""
+    floor = torch.finfo(torch.float32).min * min(1.0, s) / 4
+    low = mask < floor
+    return torch.where(low, torch.where(torch.isneginf(mask), mask, torch.full_like(mask, floor)), mask)
+
+
+def _kernel_mask(mask, q, skv, scale=None):
     """The additive mask as the kernel takes it: [Sq, Skv] when shared by every batch-head, else [BH, Sq, Skv]."""
     if mask is None:
         return None
     sq = q.shape[-2]
     if mask.dtype != q.dtype:  # aten passes masks in q's dtype; keep the kernel's operands uniform
         mask = mask.to(q.dtype)
+    if mask.is_floating_point():
+        mask = _floored(mask, _scale(q, scale))
     full = mask.expand(*q.shape[:-1], skv)
     if all(s == 0 or n == 1 for s, n in zip(full.stride()[:-2], full.shape[:-2])):
         return contig(full[(0,) * (full.dim() - 2)])  # one plane shared by every batch-head
@@ -98,7 +118,9 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
                                   "F.scaled_dot_product_attention routes such calls to the math backend")
     sq, skv = q.shape[-2], k.shape[-2]
     out, lse = run("scaled_dot_product_attention", kattn.flash_attention_fwd, _heads(q), _heads(k), _heads(v),
-                   scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv))
+                   scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale))
+    if attn_bias is not None:
+        out, lse = _empty_rows(out, lse)
     meta = meta_result(torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default, q, k, v, attn_bias,
                        dropout_p, is_causal, return_debug_mask, scale=scale)
     out = _in_layout(out.view(q.shape), meta[0])
@@ -117,10 +139,17 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     skv = k.shape[-2]
     dq, dk, dv = run("scaled_dot_product_attention_backward", kattn.flash_attention_bwd, _heads(grad_out),
                      _heads(q), _heads(k), _heads(v), _heads(out), contig(logsumexp).reshape(-1, q.shape[-2]),
-                     scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv))
+                     scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale))
     # contiguous gradients (aten's meta says the inputs' layouts): autograd reshapes them, and compiled graphs
     # reshape rather than view, so a layout copy here would only cost a program per gradient
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None
+
+
+def _empty_rows(out, lse):
+    """Rows with every key at -inf (the kernel's NaN): zero output and a +inf logsumexp (see the docstring)."""
+    empty = torch.isnan(lse) | torch.isneginf(lse)
+    out = torch.where(empty.unsqueeze(-1), torch.zeros((), dtype=out.dtype, device=out.device), out)
+    return out, torch.where(empty, torch.full_like(lse, float("inf")), lse)
 
 
 def _in_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -63,7 +63,10 @@ def index32(op: str, index: torch.Tensor, size: int, dim: int = 0, wrap: bool = 
         return torch.empty(idx.shape, dtype=torch.int32, device=idx.device)
     if idx.dtype == torch.int64:
         # flat first: a contiguous tensor may still have a size-1 last dim with another stride
-        lohi = run(op, movement.transpose, idx.reshape(n).view(torch.int32).view(n, 2))[0]  # [2, n]: low, high words
+        flat = idx.reshape(n)
+        if flat.stride(0) != 1:  # one element is contiguous with any stride; viewing its words needs stride 1
+            flat = flat.as_strided((n,), (1,))
+        lohi = run(op, movement.transpose, flat.view(torch.int32).view(n, 2))[0]  # [2, n]: low, high words
         (lo_min, hi_min), (lo_max, hi_max) = _minmax(op, lohi)
         low = lohi[0]
         fits = (hi_min == hi_max == 0 and lo_min >= 0) or (hi_min == hi_max == -1 and lo_max < 0)

@@ -7,7 +7,8 @@ one), nanmedian the lower middle of the non-NaN values; mode counts equal values
 formula. Where torch's order of ties comes from libstdc++'s unstable algorithms (sort with stable=False,
 topk, mode), the device returns the stable choice for float32/int32, whose values rarely tie, and hands
 dtypes where ties are common (16-bit floats, small ints) to the CPU unless torch's order is stable there
-too (rows of at most 16). kthvalue and median pick the stable index among ties. Rows longer than
+too (rows of at most 16); a float32/int32 topk whose selected head does hold a tie also takes the CPU's
+answer. kthvalue and median pick the stable index among ties. Rows longer than
 ``MAX_ROW``, int64/float64 and other dtypes take the counted CPU path.
 """
 
@@ -98,7 +99,20 @@ def topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     if self.dim() == 0:
         return _trivial(self)
     values, idx = _sort(self, d, largest, "topk")
+    if _ties_in_head(values, d, k):
+        return on_cpu(aten.topk.default, self, k, dim, largest, sorted)
     return contig(values.narrow(d, 0, k)), contig(idx.narrow(d, 0, k))
+
+
+def _ties_in_head(values: torch.Tensor, d: int, k: int) -> bool:
+    """Whether two of the first k + 1 sorted values of a row are equal: then torch's choice and order of the
+    tied indices (libstdc++'s) may differ from the stable one, and models do tie in float32 (ReLU'd scores that
+    are all 0, masked scores at -inf in a sparse-attention indexer), so such calls take the CPU's answer."""
+    m = min(k + 1, values.shape[d])
+    if m < 2:
+        return False
+    head = values.narrow(d, 0, m)
+    return bool((head.narrow(d, 1, m - 1) == head.narrow(d, 0, m - 1)).any())
 
 
 def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):  # noqa: A002
