@@ -5,7 +5,9 @@ q [BH, Sq, D], k and v [BH, Skv, D] (Sq != Skv allowed, any lengths), an optiona
 broadcastable to [BH, Sq, Skv] ([Sq, Skv] or [1 or BH, Sq, Skv]; -inf entries drop keys), ``causal`` (top-left
 aligned: query i sees keys 0..i, as torch's ``is_causal``; not together with a mask, as torch), ``scale``
 (default 1/sqrt(D), any sign). float32 / bfloat16 / float16 inputs; outputs in the input dtype, the logsumexp
-in float32. A row whose keys are all masked gives NaN, as torch.
+in float32. A row whose keys are all masked gives NaN (the kernel's own result; torch 2.13 gives zeros there:
+torch_neuron's SDPA op turns such rows into zeros). The mask is divided by the scale inside, so masks
+must stay finite after that division (the op floors finfo.min entries).
 
 Forward (online softmax). Per (batch-head, 128-query tile) the keys go by in chunks of ``kv_chunk`` (2048): TensorE
 writes S = Q K^T in 512-column PSUM tiles (scores never reach HBM). The row max of each tile is split: VectorE
