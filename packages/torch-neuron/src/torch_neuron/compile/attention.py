@@ -28,6 +28,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .patterns import is_call, only_user, value_of
+
 _MATMUL = (torch.matmul, operator.matmul)
 _MUL = (operator.mul, torch.mul)
 _DIV = (operator.truediv, torch.div)
@@ -40,7 +42,7 @@ def fuse_attention(gm: fx.GraphModule) -> int:
     """Rewrite every hand-written attention of ``gm`` (in place); returns how many were."""
     count = 0
     for node in list(gm.graph.nodes):
-        if _is_call(node, _MATMUL, "matmul"):
+        if is_call(node, _MATMUL, "matmul"):
             match = _match(node)
             if match is not None:
                 _rewrite(gm.graph, node, *match)
@@ -57,27 +59,27 @@ def _match(scores: fx.Node):
     q, kt = scores.args[:2] if len(scores.args) == 2 else (None, None)
     if not all(isinstance(t, fx.Node) for t in (q, kt)):
         return None
-    chain, node, scale, mask = [scores], _only_user(scores), None, None
-    if node is not None and _is_call(node, _MUL + _DIV, ("mul", "div", "__mul__", "__truediv__")):
+    chain, node, scale, mask = [scores], only_user(scores), None, None
+    if node is not None and is_call(node, _MUL + _DIV, ("mul", "div", "__mul__", "__truediv__")):
         scale = _constant_factor(node, scores)
         if scale is None:
             return None
         chain.append(node)
-        node = _only_user(node)
-    if node is not None and _is_call(node, _ADD, ("add", "__add__")) and len(node.args) == 2 and not node.kwargs:
+        node = only_user(node)
+    if node is not None and is_call(node, _ADD, ("add", "__add__")) and len(node.args) == 2 and not node.kwargs:
         mask = node.args[1] if node.args[0] is chain[-1] else node.args[0]
         if not isinstance(mask, fx.Node):
             return None
         chain.append(node)
-        node = _only_user(node)
+        node = only_user(node)
     if node is None or not _is_softmax_last_dim(node):
         return None
     chain.append(node)
-    node = _only_user(node)
+    node = only_user(node)
     while node is not None and (_is_same_dtype_to(node) or _is_inert_dropout(node)):
         chain.append(node)
-        node = _only_user(node)
-    if node is None or not _is_call(node, _MATMUL, "matmul") or node.args[0] is not chain[-1]:
+        node = only_user(node)
+    if node is None or not is_call(node, _MATMUL, "matmul") or node.args[0] is not chain[-1]:
         return None
     v = node.args[1]
     if not isinstance(v, fx.Node) or not _dtypes_and_shapes_fit(q, kt, v, mask, chain, node):
@@ -98,23 +100,12 @@ def _rewrite(graph: fx.Graph, scores, q, kt, v, mask, scale, chain, out) -> None
 
 def _untransposed(graph: fx.Graph, kt: fx.Node) -> fx.Node:
     """k from kt = k.transpose(-2, -1): its source where kt is that transpose, else a transpose of kt."""
-    rank = _val(kt).dim()
-    if _is_call(kt, _TRANSPOSE, "transpose") and len(kt.args) == 3:
+    rank = value_of(kt).dim()
+    if is_call(kt, _TRANSPOSE, "transpose") and len(kt.args) == 3:
         dims = {d % rank for d in kt.args[1:] if isinstance(d, int)}
         if dims == {rank - 2, rank - 1}:
             return kt.args[0]
     return graph.call_method("transpose", (kt, -2, -1))
-
-
-def _is_call(node: fx.Node, functions: tuple, methods) -> bool:
-    methods = (methods,) if isinstance(methods, str) else methods
-    return (node.op == "call_function" and node.target in functions) or (
-        node.op == "call_method" and node.target in methods)
-
-
-def _only_user(node: fx.Node) -> fx.Node | None:
-    users = list(node.users)
-    return users[0] if len(users) == 1 else None
 
 
 def _constant_factor(node: fx.Node, scores: fx.Node) -> float | None:
@@ -130,26 +121,26 @@ def _constant_factor(node: fx.Node, scores: fx.Node) -> float | None:
 
 
 def _is_softmax_last_dim(node: fx.Node) -> bool:
-    if not _is_call(node, _SOFTMAX, "softmax"):
+    if not is_call(node, _SOFTMAX, "softmax"):
         return False
     dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
     at = 3 if node.target is F.softmax else 2  # F.softmax(x, dim, _stacklevel, dtype); torch/Tensor.softmax(dim, dtype)
     dtype = node.kwargs.get("dtype", node.args[at] if len(node.args) > at else None)
-    value = _val(node.args[0])
+    value = value_of(node.args[0])
     return (isinstance(dim, int) and value is not None and dim % value.dim() == value.dim() - 1
             and (dtype is None or dtype == value.dtype))
 
 
 def _is_same_dtype_to(node: fx.Node) -> bool:
-    if not _is_call(node, (), ("to", "type_as", "float")):
+    if not is_call(node, (), ("to", "type_as", "float")):
         return False
-    before, after = _val(node.args[0]), _val(node)
+    before, after = value_of(node.args[0]), value_of(node)
     return before is not None and after is not None and before.dtype == after.dtype and \
         before.device == after.device
 
 
 def _is_inert_dropout(node: fx.Node) -> bool:
-    if not _is_call(node, (F.dropout,), ()):
+    if not is_call(node, (F.dropout,), ()):
         return False
     p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
     training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
@@ -157,7 +148,7 @@ def _is_inert_dropout(node: fx.Node) -> bool:
 
 
 def _dtypes_and_shapes_fit(q, kt, v, mask, chain, out) -> bool:
-    vals = [_val(n) for n in (q, kt, v, *chain, out)] + ([_val(mask)] if mask is not None else [])
+    vals = [value_of(n) for n in (q, kt, v, *chain, out)] + ([value_of(mask)] if mask is not None else [])
     if any(t is None for t in vals) or not vals[0].is_floating_point():
         return False
     if len({t.dtype for t in vals}) != 1 or len({t.device for t in vals}) != 1:
@@ -172,16 +163,9 @@ def _dtypes_and_shapes_fit(q, kt, v, mask, chain, out) -> bool:
     if mask is not None:
         if vals[-1].requires_grad:
             return False  # a learned bias (T5's relative positions): SDPA gives no gradient for attn_mask
-        scores = _val(chain[0])
+        scores = value_of(chain[0])
         try:
             return torch.broadcast_shapes(vals[-1].shape, scores.shape) == scores.shape
         except RuntimeError:
             return False
     return True
-
-
-def _val(node):
-    if not isinstance(node, fx.Node):
-        return None
-    value = node.meta.get("example_value", node.meta.get("val"))
-    return value if isinstance(value, torch.Tensor) else None

@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .attention import _is_call, _only_user, _val
+from .patterns import is_call, only_user, value_of
 
 _POW = (operator.pow, torch.pow)
 _MUL = (operator.mul, torch.mul)
@@ -37,7 +37,7 @@ def fuse_rms_norms(gm: fx.GraphModule) -> int:
         if match is not None:
             x, eps, chain, out = match
             with gm.graph.inserting_before(out):
-                norm = gm.graph.call_function(F.rms_norm, (x, (_val(x).shape[-1],)), {"eps": eps})
+                norm = gm.graph.call_function(F.rms_norm, (x, (value_of(x).shape[-1],)), {"eps": eps})
             norm.meta.update({k: out.meta[k] for k in ("example_value", "val") if k in out.meta})
             out.replace_all_uses_with(norm)
             for n in [out, *reversed(chain)]:
@@ -52,25 +52,25 @@ def fuse_rms_norms(gm: fx.GraphModule) -> int:
 def _match(sq: fx.Node):
     """(x, eps, chain, out) where ``sq`` squares x and starts an RMSNorm of it, else None."""
     x = _squared(sq)
-    value = _val(x)
+    value = value_of(x)
     if value is None or value.dtype != torch.float32 or value.dim() == 0:
         return None
-    var = _only_user(sq)
+    var = only_user(sq)
     if var is None or not _is_last_dim_mean(var, value.dim()):
         return None
-    add = _only_user(var)
-    if add is None or not _is_call(add, _ADD, ("add", "__add__")) or len(add.args) != 2 or add.kwargs:
+    add = only_user(var)
+    if add is None or not is_call(add, _ADD, ("add", "__add__")) or len(add.args) != 2 or add.kwargs:
         return None
     eps = add.args[1] if add.args[0] is var else add.args[0]
     if not isinstance(eps, int | float) or isinstance(eps, bool) or eps < 0:
         return None
-    rsqrt = _only_user(add)
-    if rsqrt is None or not _is_call(rsqrt, _RSQRT, "rsqrt"):
+    rsqrt = only_user(add)
+    if rsqrt is None or not is_call(rsqrt, _RSQRT, "rsqrt"):
         return None
-    out = _only_user(rsqrt)
-    if out is None or not _is_call(out, _MUL, ("mul", "__mul__")) or len(out.args) != 2 or out.kwargs:
+    out = only_user(rsqrt)
+    if out is None or not is_call(out, _MUL, ("mul", "__mul__")) or len(out.args) != 2 or out.kwargs:
         return None
-    if set(out.args) != {x, rsqrt} or _val(out) is None or _val(out).shape != value.shape:
+    if set(out.args) != {x, rsqrt} or value_of(out) is None or value_of(out).shape != value.shape:
         return None
     return x, float(eps), [sq, var, add, rsqrt], out
 
@@ -80,15 +80,15 @@ def _squared(node: fx.Node) -> fx.Node | None:
     if len(node.args) != 2 or node.kwargs:
         return None
     a, b = node.args
-    if _is_call(node, _POW, ("pow", "__pow__")) and isinstance(a, fx.Node) and b == 2 and not isinstance(b, bool):
+    if is_call(node, _POW, ("pow", "__pow__")) and isinstance(a, fx.Node) and b == 2 and not isinstance(b, bool):
         return a
-    if _is_call(node, _MUL, ("mul", "__mul__")) and isinstance(a, fx.Node) and a is b:
+    if is_call(node, _MUL, ("mul", "__mul__")) and isinstance(a, fx.Node) and a is b:
         return a
     return None
 
 
 def _is_last_dim_mean(node: fx.Node, rank: int) -> bool:
-    if not _is_call(node, _MEAN, "mean") or node.kwargs.get("dtype") is not None:
+    if not is_call(node, _MEAN, "mean") or node.kwargs.get("dtype") is not None:
         return False
     dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
     keepdim = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
