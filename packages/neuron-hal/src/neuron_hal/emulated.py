@@ -244,8 +244,8 @@ class EmulatedDriver(Driver):
         launches = self._graphs.__dict__.pop((device, queue), None)
         if not launches:
             return None
-        loaded, addresses = self._merged(launches)
-        with self._lock:
+        with self._lock:  # the merged-program cache is shared by every thread's graphs
+            loaded, addresses = self._merged(launches)
             start = max(self._queues.get((device, queue), 0.0), self._core_busy[device])
             report = self._time(device, loaded, start, trace)
             report.queue = queue
