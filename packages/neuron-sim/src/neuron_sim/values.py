@@ -66,6 +66,7 @@ import os
 import weakref
 from collections.abc import Callable
 
+import numba
 import numpy as np
 from numpy.polynomial import chebyshev as _cheb
 
@@ -174,56 +175,48 @@ def _cheb_parts(series) -> tuple[np.ndarray, float, float]:
     return np.ascontiguousarray(series.coef, F64), float(off), float(scl)
 
 
-_erf_kernel = None
-
-
 def _erf_erfc_abs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(erf(t), erfc(t)) for t = |x| >= 0 (NaN stays NaN), each to ~1e-14 relative (Numba, compiled on first use;
-    the same series and operation order as numpy's Chebyshev evaluation)."""
-    global _erf_kernel
-    if _erf_kernel is None:
-        _erf_kernel = _build_erf_kernel()
+    """(erf(t), erfc(t)) for t = |x| >= 0 (NaN stays NaN), each to ~1e-14 relative (Numba; the same series and
+    operation order as numpy's Chebyshev evaluation)."""
     flat = np.ascontiguousarray(t, F64).reshape(-1)
     erf_, erfc_ = np.empty_like(flat), np.empty_like(flat)
     _erf_kernel(flat, *_cheb_parts(_ERF_Q0), *_cheb_parts(_ERFC_H1), *_cheb_parts(_ERFC_Q2), erf_, erfc_)
     return erf_.reshape(np.shape(t)), erfc_.reshape(np.shape(t))
 
 
-def _build_erf_kernel():
-    import numba
+# Module-level so Numba's on-disk cache finds them in the next process (a function defined inside another gets
+# a new cache entry per process and compiles again, ~0.5 s).
+@numba.njit(cache=True, nogil=True)
+def _clenshaw(c, off, scl, x):  # numpy.polynomial.chebyshev.chebval after mapping x to the window
+    x = off + scl * x
+    if c.size == 1:
+        return c[0]
+    c0, c1 = c[c.size - 2], c[c.size - 1]
+    x2 = 2 * x
+    for i in range(3, c.size + 1):
+        tmp = c0
+        c0 = c[c.size - i] - c1
+        c1 = tmp + c1 * x2
+    return c0 + c1 * x
 
-    @numba.njit(cache=True, nogil=True)
-    def clenshaw(c, off, scl, x):  # numpy.polynomial.chebyshev.chebval after mapping x to the window
-        x = off + scl * x
-        if c.size == 1:
-            return c[0]
-        c0, c1 = c[c.size - 2], c[c.size - 1]
-        x2 = 2 * x
-        for i in range(3, c.size + 1):
-            tmp = c0
-            c0 = c[c.size - i] - c1
-            c1 = tmp + c1 * x2
-        return c0 + c1 * x
 
-    @numba.njit(cache=True, nogil=True)
-    def kernel(t, c0, o0, s0, c1, o1, s1, c2, o2, s2, erf_, erfc_):
-        for i in range(t.size):
-            ti = t[i]
-            if ti != ti:
-                erf_[i] = erfc_[i] = np.nan
-            elif ti < 1.0:
-                e = ti * clenshaw(c0, o0, s0, ti * ti)
-                erf_[i], erfc_[i] = e, 1.0 - e
-            elif ti < 2.0:
-                c = np.exp(-ti * ti) * clenshaw(c1, o1, s1, ti)
-                erf_[i], erfc_[i] = 1.0 - c, c
-            elif ti == np.inf:
-                erf_[i], erfc_[i] = 1.0, 0.0
-            else:
-                c = np.exp(-ti * ti) * clenshaw(c2, o2, s2, 1.0 / (ti * ti)) / ti
-                erf_[i], erfc_[i] = 1.0 - c, c
-
-    return kernel
+@numba.njit(cache=True, nogil=True)
+def _erf_kernel(t, c0, o0, s0, c1, o1, s1, c2, o2, s2, erf_, erfc_):
+    for i in range(t.size):
+        ti = t[i]
+        if ti != ti:
+            erf_[i] = erfc_[i] = np.nan
+        elif ti < 1.0:
+            e = ti * _clenshaw(c0, o0, s0, ti * ti)
+            erf_[i], erfc_[i] = e, 1.0 - e
+        elif ti < 2.0:
+            c = np.exp(-ti * ti) * _clenshaw(c1, o1, s1, ti)
+            erf_[i], erfc_[i] = 1.0 - c, c
+        elif ti == np.inf:
+            erf_[i], erfc_[i] = 1.0, 0.0
+        else:
+            c = np.exp(-ti * ti) * _clenshaw(c2, o2, s2, 1.0 / (ti * ti)) / ti
+            erf_[i], erfc_[i] = 1.0 - c, c
 
 
 def erf(x) -> np.ndarray:
@@ -320,23 +313,12 @@ def _is_int(x) -> bool:
 
 
 _WIDEN_LUTS: dict = {}
-_lut_kernel = None
-
-
-def _lut_apply(lut: np.ndarray, src: np.ndarray, out: np.ndarray) -> None:
-    """out[i, j] = lut[src[i, j]] for 2-D uint8/uint16 src (any strides), compiled with Numba on first use."""
-    global _lut_kernel
-    if _lut_kernel is None:
-        import numba
-
-        @numba.njit(cache=True, nogil=True)
-        def kernel(lut, src, out):
-            for i in range(src.shape[0]):
-                for j in range(src.shape[1]):
-                    out[i, j] = lut[src[i, j]]
-
-        _lut_kernel = kernel
-    _lut_kernel(lut, src, out)
+@numba.njit(cache=True, nogil=True)
+def _lut_apply(lut, src, out):
+    """out[i, j] = lut[src[i, j]] for 2-D uint8/uint16 src (any strides)."""
+    for i in range(src.shape[0]):
+        for j in range(src.shape[1]):
+            out[i, j] = lut[src[i, j]]
 
 
 def _widen_lut(dt: np.dtype) -> np.ndarray:
