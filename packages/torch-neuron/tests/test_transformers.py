@@ -133,6 +133,60 @@ def test_non_contiguous_heads_from_a_projection():
     assert qkv_d.grad.shape == qkv.shape
 
 
+def _heads_of_layouts(kind, b, s, h, d, dtype):
+    """A leaf tensor and q, k, v viewed out of it as models do: split or unbound from a fused projection, separate
+    dense projections (Hugging Face), or keys and values broadcast over heads."""
+    torch.manual_seed(5)
+    if kind == "split":
+        base = torch.randn(b, s, 3 * h * d, dtype=dtype)
+        return base, lambda t: [x.view(b, s, h, d).transpose(1, 2) for x in t.split(h * d, dim=2)]
+    if kind == "unbind":
+        base = torch.randn(b, s, 3 * h * d, dtype=dtype)
+        return base, lambda t: t.view(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+    if kind == "dense":
+        base = torch.randn(3, b, s, h * d, dtype=dtype)
+        return base, lambda t: [x.view(b, s, h, d).transpose(1, 2) for x in t]
+    base = torch.randn(b, s, 3 * d, dtype=dtype)  # one key/value head broadcast to h
+    return base, lambda t: [x.view(b, s, 1, d).transpose(1, 2).expand(b, h, s, d) for x in t.split(d, dim=2)]
+
+
+@pytest.mark.parametrize("kind", ["split", "unbind", "dense", "broadcast"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"mask": True}], ids=["plain", "causal", "mask"])
+def test_heads_in_any_layout_are_read_and_written_in_place(kind, dtype, kw):
+    """q, k, v with contiguous rows go to the kernels as they are (no layout copy before them), the output comes
+    in the layout aten gives it and the gradients in their inputs' layouts where those are dense."""
+    b, s, h, d = 2, 40, 3, 16
+    base, heads = _heads_of_layouts(kind, b, s, h, d, dtype)
+    kw = dict(kw)
+    mask = torch.randn(s, s, dtype=dtype) if kw.pop("mask", False) else None
+    cpu = base.float().clone().requires_grad_()
+    want = F.scaled_dot_product_attention(*heads(cpu), attn_mask=None if mask is None else mask.float(), **kw)
+    g = torch.randn_like(want)
+    want.backward(g)
+    dev = base.clone().to(DEV).requires_grad_()
+    q, k, v = heads(dev)
+    g_dev, mask_dev = g.to(dtype).to(DEV), None if mask is None else mask.to(DEV)
+    copies = torch.neuron.metrics()["native"].get("copy_", 0)
+    fwd, bwd = native_calls(FWD), native_calls(BWD)
+    got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_dev, **kw)
+    dq, dk, dv = torch.autograd.grad(got, (q, k, v), g_dev, retain_graph=True)
+    assert (native_calls(FWD), native_calls(BWD)) == (fwd + 1, bwd + 1)
+    if mask is None:  # (aten pads and expands a mask itself before the kernels)
+        assert torch.neuron.metrics()["native"].get("copy_", 0) == copies  # nothing copied to another layout
+    assert got.stride() == F.scaled_dot_product_attention(*heads(base), **kw).stride()
+    for grad, x in zip((dq, dk, dv), (q, k, v)):
+        if is_dense(x) and x.stride(1) != 0:
+            assert grad.stride() == x.stride()
+    close(got, want, dtype)
+    got.backward(g_dev)
+    close(dev.grad, cpu.grad, dtype)
+
+
+def is_dense(t):
+    return t.numel() == 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) and 0 not in t.stride()
+
+
 UNFUSED = {
     "dropout": ((1, 2, 8, 16), (1, 2, 8, 16), {"dropout_p": 0.5}),
     "head_dim_256": ((1, 1, 8, 256), (1, 1, 8, 256), {}),

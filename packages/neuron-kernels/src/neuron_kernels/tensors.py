@@ -101,15 +101,26 @@ class View:
             shape = tuple(math.prod(self.shape) // known if s == -1 else s for s in shape)
         if math.prod(shape) != math.prod(self.shape):
             raise KernelError(f"{self!r}: cannot reshape {list(self.shape)} to {list(shape)}")
-        if not self._contiguous():
-            raise KernelError(f"{self!r}: only a contiguous view can be reshaped")
-        if self.on_chip:
-            if shape[0] != self.shape[0]:
-                raise KernelError(f"{self!r}: reshaping a tile keeps its partition dim ({self.shape[0]})")
-            dims = (self.dims[0],) + _row_major(shape[1:])
-        else:
-            dims = _row_major(shape)
-        return type(self)(self.owner, self.dtype, self.offset, dims)
+        if self.on_chip and shape[0] != self.shape[0]:
+            raise KernelError(f"{self!r}: reshaping a tile keeps its partition dim ({self.shape[0]})")
+        lead, old, new = (self.dims[:1], self.dims[1:], shape[1:]) if self.on_chip else ((), self.dims, shape)
+        dims = _row_major(new) if self._contiguous() else _restride(old, new)
+        if dims is None:
+            raise KernelError(f"{self!r}: cannot reshape {list(self.shape)} (strides {[st for _, st in self.dims]}) "
+                              f"to {list(shape)} without a copy")
+        return type(self)(self.owner, self.dtype, self.offset, lead + dims)
+
+    def as_strided(self, shape, strides, offset: int = 0) -> View:
+        """The elements ``offset + sum(i_k * strides[k])`` of a 1-d HBM tensor (an argument holding the storage
+        a strided tensor spans) as a view of ``shape``."""
+        if self.on_chip or self.ndim != 1 or self.dims[0][1] != 1:
+            raise KernelError(f"{self!r}: as_strided takes a 1-d HBM tensor")
+        shape, strides = tuple(int(n) for n in shape), tuple(int(s) for s in strides)
+        last = offset + sum((n - 1) * s for n, s in zip(shape, strides))
+        if len(shape) != len(strides) or min(strides, default=0) < 0 or (math.prod(shape) and last >= len(self)):
+            raise KernelError(f"{self!r}: shape {list(shape)}, strides {list(strides)} at offset {offset} reach "
+                              f"element {last} of {len(self)}")
+        return type(self)(self.owner, self.dtype, self.offset + int(offset), tuple(zip(shape, strides)))
 
     def _contiguous(self) -> bool:
         dims = self.dims[1:] if self.on_chip else self.dims
@@ -160,6 +171,35 @@ class View:
                       offset=(self.offset % _FAR) * self.dtype.itemsize)
         return AP(Space.HBM, self.dtype, parts, free, offset=self.offset * self.dtype.itemsize,
                   partition_stride=pstride, tensor=self.owner.index)
+
+
+def _restride(dims, shape) -> tuple[tuple[int, int], ...] | None:
+    """``dims`` (size, stride) reshaped to ``shape`` without moving elements, as numpy does: each group of old
+    dims that becomes a group of new dims must be contiguous among itself. None where that is impossible."""
+    old = [(n, st) for n, st in dims if n != 1]
+    if math.prod(shape) == 0 or not old:
+        return _row_major(shape)
+    new, i, j = [], 0, 0
+    while j < len(shape):
+        if shape[j] == 1 or i == len(old):
+            new.append((shape[j], 1))
+            j += 1
+            continue
+        want, have, jj, ii = shape[j], old[i][0], j + 1, i + 1
+        while want != have:
+            if want < have:
+                want, jj = want * shape[jj], jj + 1
+            else:
+                have, ii = have * old[ii][0], ii + 1
+        if any(old[m][1] != old[m + 1][1] * old[m + 1][0] for m in range(i, ii - 1)):
+            return None
+        stride, group = old[ii - 1][1], []
+        for m in range(jj - 1, j - 1, -1):
+            group.append((shape[m], stride))
+            stride *= shape[m]
+        new.extend(reversed(group))
+        i, j = ii, jj
+    return tuple(new)
 
 
 # On-chip views encode the start partition in the offset: partition p, element e -> p * _FAR + e.

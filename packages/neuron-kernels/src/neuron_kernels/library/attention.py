@@ -67,6 +67,55 @@ _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 
 
 # -- shared helpers ------------------------------------------------------------------------------
+class _Heads:
+    """A [B, H, S, D] HBM view indexed as [BH, S, D] (batch-head b: batch b // H, head b % H), so q, k, v, out
+    and grad_out are read in place in any layout whose rows are contiguous (e.g. the heads of [B, S, H * D]
+    projections seen as [B, H, S, D]), with no layout copy before the kernel."""
+
+    def __init__(self, heads: View):
+        b, h, s, d = heads.shape
+        self.view, self.heads, self.shape, self.dtype = heads, h, (b * h, s, d), heads.dtype
+
+    def __getitem__(self, key) -> View:
+        key = key if isinstance(key, tuple) else (key,)
+        b = int(key[0])
+        return self.view[b // self.heads, b % self.heads][key[1:]]
+
+
+def _heads_of(x: View, name: str, layouts) -> _Heads | View:
+    """Argument ``name`` as batch-heads: a [BH, S, D] tensor, or where ``layouts`` has ``(name, sizes, strides)``
+    the 1-d storage a [B, H, S, D] view of those element strides spans (inner stride 1)."""
+    layout = {n: (sizes, strides) for n, sizes, strides in layouts or ()}.get(name)
+    if layout is None:
+        return _Heads(x.reshape(1, *x.shape)) if len(x.shape) == 3 else x  # others: _check_inputs says why
+    sizes, strides = layout
+    if len(sizes) != 4 or strides[-1] != 1:
+        raise KernelError(f"{name}: a layout is [B, H, S, D] sizes with element strides ending in 1, got "
+                          f"{list(sizes)}, {list(strides)}")
+    return _Heads(x.as_strided(sizes, strides))
+
+
+def _result(into, name: str, layouts, shape, dtype) -> tuple[_Heads | View, bool]:
+    """A [BH, S, D] result: a new HBM output, or ``into`` (the storage of a tensor the caller allocated in the
+    layout it wants, see _heads_of) written in place. Returns (the tensor, whether it is a new output)."""
+    if into is None:
+        return nl.ndarray(shape, dtype, buffer=nl.hbm, name=name), True
+    heads = _heads_of(into, name, layouts)
+    if heads.shape != shape or heads.dtype != dtype:
+        raise KernelError(f"{name} must be {list(shape)} {dtype}, got {list(heads.shape)} {heads.dtype}")
+    return heads, False
+
+
+def _pairs_of_rows(x: View, n: int, pairs: int) -> View:
+    """The first n * pairs rows of a 2-D HBM view as [n, pairs * cols] (one run per row pair) or, where the rows
+    are not contiguous, [n, pairs, cols] (the same elements in the same order)."""
+    cols = x.shape[1]
+    try:
+        return x[: n * pairs].reshape(n, pairs * cols)
+    except KernelError:
+        return x[: n * pairs].reshape(n, pairs, cols)
+
+
 def _check_inputs(name, q, k, v, mask, causal):
     if len(q.shape) != 3 or len(k.shape) != 3 or len(v.shape) != 3:
         raise KernelError(f"{name}: q, k, v must be [BH, S, D], got {list(q.shape)}, {list(k.shape)}, "
@@ -241,14 +290,14 @@ def _wide(x: View) -> View:
 
 
 def _pair_rows(x: View, r0: int, ngroups: int, pairs: int) -> View:
-    """[pmax, ngroups, pairs * cols] view of a contiguous 2-D HBM view: element [i, g, e * cols + c] is row
-    r0 + (g * pmax + i) * pairs + e (partition i holds ``pairs`` consecutive rows of each group)."""
+    """[pmax, ngroups, pairs * cols] view of a 2-D HBM view: element [i, g, e * cols + c] is row
+    r0 + (g * pmax + i) * pairs + e (partition i holds ``pairs`` consecutive rows of each group); rows that are
+    not contiguous keep the pair as its own dim ([pmax, ngroups, pairs, cols], same order)."""
     pmax = nl.tile_size.pmax
     (_, rs), (cols, cs) = x.dims
-    if cs != 1 or rs != cols:
-        raise KernelError(f"{x!r}: rows must be contiguous")
-    return type(x)(x.owner, x.dtype, x.offset + r0 * rs,
-                   ((pmax, pairs * rs), (ngroups, pmax * pairs * rs), (pairs * cols, 1)))
+    lead = ((pmax, pairs * rs), (ngroups, pmax * pairs * rs))
+    inner = ((pairs * cols, 1),) if cs == 1 and rs == cols else ((pairs, rs), (cols, cs))
+    return type(x)(x.owner, x.dtype, x.offset + r0 * rs, lead + inner)
 
 
 # (step offset, stage) of the forward's software pipeline (see _pipeline); stages at equal offsets go in list order.
@@ -275,13 +324,18 @@ GEXP_SCALES = (1 / 32, 30.0)  # |scale| range where GpSimd computes (16-bit) exp
 
 
 @kernel(tunables={"kv_chunk": (2048, 1024, 512), "dma_share": (0.563, 0.5, 0.625)}, version=2)
-def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2048, dma_share=0.563):
+def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2048, dma_share=0.563, layouts=None,
+                        out=None):
     """softmax(scale * q k^T + mask) v per batch-head -> (out [BH, Sq, D] in q's dtype, logsumexp [BH, Sq] fp32).
 
     The logsumexp is of the scaled, masked scores (what flash_attention_bwd takes). ``kv_chunk``: keys per
     online-softmax step (at most four PSUM banks of scores). ``dma_share``: the share of P^T tiles the DMA
     engines transpose where the profile has DMA transposes and there is no mask (TensorE does the rest).
+    ``layouts``: ``(name, [B, H, S, D], strides)`` of q, k or v passed as the storage they span (see _heads_of);
+    with ``out`` (the storage of the output in the layout ``layouts`` gives it) the kernel writes the output there
+    and returns only the logsumexp.
     """
+    q, k, v = (_heads_of(x, n, layouts) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     bh, sq, skv, d = _check_inputs("flash_attention_fwd", q, k, v, mask, causal)
     prof = nl.profile()
     pmax = nl.tile_size.pmax
@@ -312,7 +366,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
     # other scales keep every exp on ScalarE
     gexp_base = math.exp(s_eff) if dt.itemsize == 2 and GEXP_SCALES[0] <= s_eff <= GEXP_SCALES[1] else None
 
-    out = nl.ndarray((bh, sq, d), dt, buffer=nl.hbm, name="out")
+    out, new_out = _result(out, "out", layouts, (bh, sq, d), dt)
     lse = nl.ndarray((bh, sq), nl.float32, buffer=nl.hbm, name="lse")
     engines = _Alternate()
 
@@ -441,7 +495,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
             rt, n2 = r0 + nfull * gsize, tail // pairs
             if n2:
                 nisa.dma_copy(st[:n2, nfull * pairs:(nfull + 1) * pairs, :].reshape(n2, pairs * d),
-                              v[b, rt:rt + n2 * pairs].reshape(n2, pairs * d), queue=queue("load"))
+                              _pairs_of_rows(v[b, rt:], n2, pairs), queue=queue("load"))
             if tail % pairs:
                 nisa.dma_copy(st[n2:n2 + 1, nfull * pairs, :], v[b, rt + n2 * pairs:rt + n2 * pairs + 1],
                               queue=queue("load"))
@@ -815,7 +869,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
 
     # every job counts as a full one: short (causal) chunks are latency-bound, not faster to pipeline
     _pipeline([1.0] * len(jobs), stages, after, usage, PSUM_BUDGET)
-    return out, lse
+    return (out, lse) if new_out else lse
 
 
 # -- backward ------------------------------------------------------------------------------------
@@ -843,13 +897,17 @@ BWD_PSUM_BUDGET = {"s": 2, "dp": 2, "dsT": 1, "dkv": 2}
 
 @kernel(tunables={"kv_block": (512, 256)}, version=1)
 def flash_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=False, mask=None, kv_block=512,
-                        resident=None):
+                        resident=None, layouts=None, dq=None, dk=None, dv=None):
     """Gradients of flash_attention_fwd -> (dq, dk, dv) in q's dtype (FlashAttention-2).
 
     Recomputes P = exp(scale * q k^T + mask - logsumexp) per (key block, query tile); fp32 accumulation.
     ``resident``: keep a batch-head's Q, dO, O and Q^T, dO^T in SBUF (None: when a quarter of SBUF holds them;
-    False: load and transpose each job's tiles, for any sequence length).
+    False: load and transpose each job's tiles, for any sequence length). ``layouts``: as the forward's, for
+    grad_out, q, k, v and out, and for ``dq``, ``dk``, ``dv`` given as the storage to write them into (those are
+    then not returned).
     """
+    grad_out, q, k, v, out = (_heads_of(x, n, layouts) for x, n in
+                              ((grad_out, "grad_out"), (q, "q"), (k, "k"), (v, "v"), (out, "out")))
     bh, sq, skv, d = _check_inputs("flash_attention_bwd", q, k, v, mask, causal)
     dt = q.dtype
     if grad_out.shape != q.shape or out.shape != q.shape or grad_out.dtype != dt or out.dtype != dt:
@@ -876,9 +934,8 @@ def flash_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
     head_bytes = nqt * (d + 2) * 4 + (nqt * (3 * d + 2 * pmax) * dt.itemsize if resident else 0)
     overlap_heads = 2 * head_bytes <= sbuf // 2  # else a head starts once the previous one is done
 
-    dq = nl.ndarray((bh, sq, d), dt, buffer=nl.hbm, name="dq")
-    dk = nl.ndarray((bh, skv, d), dt, buffer=nl.hbm, name="dk")
-    dv = nl.ndarray((bh, skv, d), dt, buffer=nl.hbm, name="dv")
+    (dq, new_dq), (dk, new_dk), (dv, new_dv) = (_result(x, name, layouts, (bh, rows, d), dt) for x, name, rows in
+                                                ((dq, "dq", sq), (dk, "dk", skv), (dv, "dv", skv)))
     engines = _Alternate()
 
     # jobs: (batch-head, key block, query tile); causal: only query tiles that see some key of the block
@@ -1177,4 +1234,4 @@ def flash_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
     if jobs:
         _pipeline([j["kvw"] / blk for j in jobs], [(n, off, fns[n], preds[n]) for off, n in BWD_SCHEDULE],
                   after, usage, BWD_PSUM_BUDGET)
-    return dq, dk, dv
+    return tuple(g for g, new in ((dq, new_dq), (dk, new_dk), (dv, new_dv)) if new)

@@ -29,8 +29,10 @@ from neuron_kernels.library import attention as kattn
 
 from .checks import meta_result, same_device
 from .common import contig
+from .copy import storage_span
 from .launch import run
 from .linalg import FLOATS
+from .pointwise_base import is_non_overlapping_and_dense
 from .registry import impl
 
 aten = torch.ops.aten
@@ -74,9 +76,15 @@ def fused_sdp_choice(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *,
     return sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
-def _heads(t: torch.Tensor) -> torch.Tensor:
-    """[B, H, S, D] or [H, S, D] -> contiguous [B*H, S, D]."""
-    return contig(t).reshape(-1, *t.shape[-2:])
+def _heads(t: torch.Tensor, name: str, layouts: list) -> torch.Tensor:
+    """[B, H, S, D] or [H, S, D] as the kernels read it: contiguous as [B*H, S, D]; in place when its rows are
+    contiguous (heads split out of a [B, S, H * D] projection, batch or heads broadcast by stride 0): the storage
+    it spans, with its sizes and strides appended to ``layouts``; other strides copied to contiguous."""
+    if t.is_contiguous() or t.stride(-1) != 1:
+        return contig(t).reshape(-1, *t.shape[-2:])
+    lead = ((1,), (0,)) if t.dim() == 3 else ((), ())
+    layouts.append((name, lead[0] + tuple(t.shape), lead[1] + tuple(t.stride())))
+    return storage_span(t)
 
 
 def _scale(q, scale) -> float:
@@ -117,14 +125,19 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
                                   "head dim > 128, grouped-query heads, debug masks); "
                                   "F.scaled_dot_product_attention routes such calls to the math backend")
     sq, skv = q.shape[-2], k.shape[-2]
-    out, lse = run("scaled_dot_product_attention", kattn.flash_attention_fwd, _heads(q), _heads(k), _heads(v),
-                   scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale))
-    if attn_bias is not None:
-        out, lse = _empty_rows(out, lse)
     meta = meta_result(torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default, q, k, v, attn_bias,
                        dropout_p, is_causal, return_debug_mask, scale=scale)
-    out = _in_layout(out.view(q.shape), meta[0])
-    lse = lse.view(*q.shape[:-1]) if q.dim() == 4 else lse.view(1, *q.shape[:-1])
+    layouts, into = [], {}
+    qkv = [_heads(t, name, layouts) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
+    result = _written_in_place(q.shape, meta[0].stride(), q, "out", layouts, into)
+    outs = run("scaled_dot_product_attention", kattn.flash_attention_fwd, *qkv, scale=scale,
+               causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into)
+    out, lse = (result, outs[0]) if into else (outs[0].view(q.shape), outs[1])
+    lse = lse.view(q.shape[:-1])
+    if attn_bias is not None:
+        out, lse = _empty_rows(out, lse)
+    out = _in_layout(out, meta[0])
+    lse = lse if q.dim() == 4 else lse.unsqueeze(0)
     seed = torch.empty((), dtype=torch.int64, device=q.device)
     return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
 
@@ -137,12 +150,37 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
         raise NotImplementedError("the neuron flash-attention backward gives no mask gradient and no dropout; "
                                   "F.scaled_dot_product_attention routes such calls to the math backend")
     skv = k.shape[-2]
-    dq, dk, dv = run("scaled_dot_product_attention_backward", kattn.flash_attention_bwd, _heads(grad_out),
-                     _heads(q), _heads(k), _heads(v), _heads(out), contig(logsumexp).reshape(-1, q.shape[-2]),
-                     scale=scale, causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale))
-    # contiguous gradients (aten's meta says the inputs' layouts): autograd reshapes them, and compiled graphs
-    # reshape rather than view, so a layout copy here would only cost a program per gradient
-    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape), None
+    layouts, into = [], {}
+    tensors = [_heads(t, name, layouts) for t, name in
+               ((grad_out, "grad_out"), (q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+    # a gradient in its input's layout where the input is dense (heads viewed out of a [B, S, H * D] projection:
+    # [B, S, H, D] gradients, which the autograd of that view takes without a copy); else contiguous (heads split
+    # or unbound from a fused qkv projection: its backward concatenates or stacks them, fastest from contiguous)
+    grads = [_written_in_place(t.shape, t.stride(), t, name, layouts, into) if is_non_overlapping_and_dense(t) else None
+             for t, name in ((q, "dq"), (k, "dk"), (v, "dv"))]
+    made = iter(run("scaled_dot_product_attention_backward", kattn.flash_attention_bwd, *tensors,
+                    contig(logsumexp).reshape(-1, q.shape[-2]), scale=scale, causal=bool(is_causal),
+                    mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into))
+    dq, dk, dv = (g if name in into else next(made).view(t.shape)
+                  for g, name, t in zip(grads, ("dq", "dk", "dv"), (q, k, v)))
+    return dq, dk, dv, None
+
+
+def _written_in_place(shape, strides, like: torch.Tensor, name: str, layouts: list, into: dict):
+    """A result of ``shape`` the kernel writes in the layout ``strides`` where that is not contiguous: a new tensor
+    (``like``'s dtype and device) whose storage goes into ``into`` (the kernel's argument ``name``) and its layout
+    into ``layouts``. None where the kernel's own contiguous output is the result."""
+    if strides[-1] != 1 or torch.empty_strided(shape, strides, device="meta").is_contiguous():
+        return None
+    result = torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)
+    into[name] = _heads(result, name, layouts)
+    return result
+
+
+def _layouts(layouts: list) -> dict:
+    """The kernels' ``layouts`` argument: only when some tensor is read in place (the contiguous programs stay
+    as they were traced and tuned)."""
+    return {"layouts": tuple(layouts)} if layouts else {}
 
 
 def _empty_rows(out, lse):

@@ -31,7 +31,7 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.as_strided((t.numel(),), (1,)).view(torch.uint8)
 
 
-def _span(t: torch.Tensor) -> torch.Tensor:
+def storage_span(t: torch.Tensor) -> torch.Tensor:
     """A neuron view as a 1-d tensor over the storage it spans (same address as the view)."""
     return torch.as_strided(t, (extent(t),), (1,), t.storage_offset())
 
@@ -89,7 +89,7 @@ def device_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
         src = src.clone()
     size = tuple(dst.shape) or (1,)
     dstride, sstride = tuple(dst.stride()) or (1,), tuple(src.stride()) or (1,)
-    run("copy_", movement.strided_copy_, _span(dst), _span(src), size, dstride, sstride)
+    run("copy_", movement.strided_copy_, storage_span(dst), storage_span(src), size, dstride, sstride)
 
 
 def _as_int(t: torch.Tensor) -> torch.Tensor:

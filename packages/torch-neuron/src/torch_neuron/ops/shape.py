@@ -16,7 +16,7 @@ from neuron_kernels.library import movement
 
 from .checks import constant, full, meta_result, same_device
 from .common import contig, run_on_cpu, write_out
-from .copy import _span
+from .copy import storage_span
 from .launch import device_dtype, run
 from .registry import impl
 
@@ -38,7 +38,7 @@ def copy_into(op: str, dst: torch.Tensor, src: torch.Tensor) -> None:
     if dst.dtype == src.dtype and device_dtype(dst.dtype) is None:
         dst, src = dst.view(movable(dst.dtype)), src.view(movable(src.dtype))
     size = tuple(dst.shape) or (1,)
-    run(op, movement.strided_copy_, _span(dst), _span(src), size, tuple(dst.stride()) or (1,),
+    run(op, movement.strided_copy_, storage_span(dst), storage_span(src), size, tuple(dst.stride()) or (1,),
         tuple(src.stride()) or (1,))
 
 
