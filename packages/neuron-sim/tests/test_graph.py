@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from neuron_hal import AP, TRN2, Act, Program, TensorArg, isa
 from neuron_hal.merge import buffers, merge
 from neuron_sim.driver import SimDriver
+from neuron_sim.schedule import candidate_orders, reordered
+from neuron_sim.timing import prepare_timing
 
 ROWS, COLS = 128, 256
 
@@ -70,12 +72,14 @@ def test_merged_program_runs_to_the_same_bytes_as_the_sequence():
     for p, args in zip(progs, bindings):
         drv.execute(0, drv.load(0, p), args)
     expected = [read(drv, a) for a in (base, out1, out2)]
-    drv.write(0, base, x)
     merged, addresses = merge(progs, bindings, TRN2)
     assert [a.role for a in merged.args] == ["inout"] * 3 + ["scratch"]  # base's views are one buffer
-    drv.execute(0, drv.load(0, merged), addresses)
-    for address, want in zip((base, out1, out2), expected):
-        np.testing.assert_array_equal(read(drv, address), want)
+    plan = prepare_timing(merged, TRN2, exact=True)
+    for program in [merged] + [reordered(merged, order) for order in candidate_orders(plan, TRN2)]:
+        drv.write(0, base, x)  # the scheduler's reorderings of the merged program too
+        drv.execute(0, drv.load(0, program), addresses)
+        for address, want in zip((base, out1, out2), expected):
+            np.testing.assert_array_equal(read(drv, address), want)
 
 
 def test_kernels_too_big_to_sit_side_by_side_wrap_to_offset_zero():

@@ -266,11 +266,16 @@ class EmulatedDriver(Driver):
             # valid by construction: its programs were validated at load, and merging keeps every access inside
             # its buffer and every on-chip footprint inside SBUF/PSUM (64-byte / bank aligned shifts). Not kept
             # in the digest-keyed load cache: there is one per graph and buffer layout.
-            hit = Loaded(program, self._prepare(program))
+            hit = self._load_merged(program)
         self._merged_cache[key] = hit  # most recent last: the oldest goes first
         while len(self._merged_cache) > GRAPH_CACHE_ENTRIES:
             del self._merged_cache[next(iter(self._merged_cache))]
         return hit, [int(s) for s in starts]
+
+    def _load_merged(self, program: Program) -> Loaded:
+        """A merged program ready to time; drivers with a cost model may reorder its instructions first (their
+        scheduler must keep every dependency: the values still come from the launches one by one)."""
+        return Loaded(program, self._prepare(program))
 
     def _bind(self, device: int, program: Program, args: Sequence[int]) -> tuple[list[int], list[int]]:
         given = [a for a in program.args if a.role != "scratch"]

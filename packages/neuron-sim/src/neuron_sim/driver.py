@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 
 from neuron_hal.driver import ExecutionReport
-from neuron_hal.emulated import EmulatedDriver
+from neuron_hal.emulated import EmulatedDriver, Loaded
 from neuron_hal.isa import COMPUTE_ENGINES
 
+from .schedule import schedule
 from .timing import chrome_trace, prepare_timing, run_timing
 from .values import CoreMemory, run_values
 
@@ -35,6 +36,9 @@ class SimDriver(EmulatedDriver):
 
     def _prepare(self, program):
         return prepare_timing(program, self.profile)
+
+    def _load_merged(self, program):
+        return Loaded(*schedule(program, self.profile))  # a compiled graph's instructions, scheduled as a whole
 
     def estimate(self, device, loaded):
         self._device(device)

@@ -74,6 +74,10 @@ class TimingPlan:
     # (duration, busy, counts) of an untraced execution: a program's schedule does not depend on when it
     # starts, so it is computed once (a program runs many times: every call of an eager op)
     untraced: tuple | None = None
+    # with prepare_timing(..., exact=True): the full dependency graph as a predecessor CSR (pred_ptr [n + 1],
+    # preds), every conflicting pair of accesses in program order with no in-order assumption (an engine's own
+    # instructions included): what any reordering of the program must keep (see schedule.py)
+    exact: tuple | None = None
 
     @property
     def edges(self) -> int:
@@ -237,18 +241,19 @@ def _group(instrs: tuple) -> list[tuple[type, np.ndarray, list]]:
     return groups
 
 
-def prepare_timing(program, profile: Profile) -> TimingPlan:
-    """Encode ``program`` for :func:`run_timing` (once per program; the plan does not change between runs)."""
+def prepare_timing(program, profile: Profile, exact: bool = False) -> TimingPlan:
+    """Encode ``program`` for :func:`run_timing` (once per program; the plan does not change between runs).
+    ``exact``: also its full dependency graph (``TimingPlan.exact``)."""
     enabled = gc.isenabled()
     gc.disable()  # the encoder builds millions of short-lived objects with no cycles
     try:
-        return _prepare(program, profile)
+        return _prepare(program, profile, exact)
     finally:
         if enabled:
             gc.enable()
 
 
-def _prepare(program, profile: Profile) -> TimingPlan:
+def _prepare(program, profile: Profile, exact: bool = False) -> TimingPlan:
     instrs = program.instructions
     n = len(instrs)
     groups = _group(instrs) if n else []
@@ -342,11 +347,17 @@ def _prepare(program, profile: Profile) -> TimingPlan:
     n_streams = N_COMPUTE + profile.dma_queues
 
     g = geo = _geometry(program, profile, aps, acc_i, acc_row, acc_w, n)
-    pred_ptr, preds, dependent = _dependencies(
-        n, stream.astype(np.int64), n_streams, g["ptr"], g["write"], g["kind"], g["lo"], g["hi"], g["plo"],
-        g["phi"], g["ref"], g["h_tensor"], g["h_base"], g["h_len"], g["h_size"], g["h_stride"], g["t_base"],
-        g["t_nblk"], g["hbm_blk"], g["sb_blk"], g["sb_nblk"], g["ps_blk"], g["ps_nblk"], g["quad"], g["n_quad"],
-        g["scratch"])
+
+    def dependencies(streams, count):
+        return _dependencies(
+            n, streams, count, g["ptr"], g["write"], g["kind"], g["lo"], g["hi"], g["plo"], g["phi"], g["ref"],
+            g["h_tensor"], g["h_base"], g["h_len"], g["h_size"], g["h_stride"], g["t_base"], g["t_nblk"],
+            g["hbm_blk"], g["sb_blk"], g["sb_nblk"], g["ps_blk"], g["ps_nblk"], g["quad"], g["n_quad"],
+            g["scratch"])
+
+    pred_ptr, preds, dependent = dependencies(stream.astype(np.int64), n_streams)
+    # every instruction its own (DMA-like) stream: no edge is left to program order, none pruned by it
+    full = dependencies(np.arange(N_COMPUTE, N_COMPUTE + n, dtype=np.int64), N_COMPUTE + n)[:2] if exact else None
 
     # TensorE LoadStationary: hidden behind the previous TensorE instruction unless the stationary is reused.
     _load_stationary(engine, cycles, ls_cycles, mm_rows, aps)
@@ -364,7 +375,7 @@ def _prepare(program, profile: Profile) -> TimingPlan:
     counts = np.bincount(engine, minlength=5).astype(np.int64)
     return TimingPlan(profile, n, opcode, engine, stream, cycles, dur_ns, vsg, dma_bytes, dma_engines, dma_bw,
                       pred_count, succ_ptr, succ_idx, n_streams, stream_ptr, stream_instr, busy, counts,
-                      int(dma_bytes.sum()), int(geo["hbm_blk"]))
+                      int(dma_bytes.sum()), int(geo["hbm_blk"]), exact=full)
 
 
 def _load_stationary(engine, cycles, ls_cycles, mm_rows, aps: _APs) -> None:

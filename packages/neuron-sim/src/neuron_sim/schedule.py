@@ -1,0 +1,143 @@
+"""Instruction scheduling of a merged program: a compiled graph's kernels as one program.
+
+Merged in launch order, each engine runs the kernels' instructions in launch order: an instruction waiting for
+its data (a bias-gradient sum waiting for its load) holds back every later kernel's work on that engine and DMA
+queue, though that work does not depend on it. As a graph compiler's scheduler does, the whole program is
+reordered along its exact dependency graph (``prepare_timing(..., exact=True)``: every pair of accesses to
+overlapping memory where one writes, an engine's own instructions included, nothing left to in-order
+execution), so every order emitted here computes the same bytes as the launch order. Candidates: list
+schedules by critical path (bottom level), with and without modelling the engines and queues as resources;
+the timing model picks the fastest, the launch order included (never worse than merging alone).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numba
+import numpy as np
+
+from neuron_hal.profiles import Profile
+from neuron_hal.program import Program
+
+from .timing import TimingPlan, _successors, prepare_timing, run_timing
+
+
+def schedule(program: Program, profile: Profile) -> tuple[Program, TimingPlan]:
+    """The fastest of ``program`` and its list-scheduled reorderings, with its timing plan."""
+    plan = prepare_timing(program, profile, exact=True)
+    best = (run_timing(plan).end_ns, program, plan)
+    for order in candidate_orders(plan, profile):
+        if np.array_equal(order, np.arange(plan.n)):
+            continue
+        candidate = reordered(program, order)
+        candidate_plan = prepare_timing(candidate, profile)
+        ns = run_timing(candidate_plan).end_ns
+        if ns < best[0]:
+            best = (ns, candidate, candidate_plan)
+    return best[1], best[2]
+
+
+def candidate_orders(plan: TimingPlan, profile: Profile) -> list[np.ndarray]:
+    """Orders of the instructions of a plan prepared with ``exact=True``, each keeping every dependency."""
+    if plan.n < 2:
+        return []
+    succ_ptr, succ_idx, _ = _successors(plan.n, *plan.exact)
+    latency, occupancy = _costs(plan, profile)
+    priority = _bottom_level(latency, succ_ptr, succ_idx)
+    return [_by_priority(plan, priority, succ_ptr, succ_idx),
+            _with_resources(plan, priority, latency, occupancy, succ_ptr, succ_idx)]
+
+
+def reordered(program: Program, order) -> Program:
+    return Program(program.name, program.args, tuple(program.instructions[i] for i in order), dict(program.meta))
+
+
+def _costs(plan: TimingPlan, profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """(latency to completion, time its engine or queue is held) of each instruction, from the plan's costs: a
+    DMA holds its queue for its issue, completes after the fixed latency and its transfer."""
+    dma = plan.engine == 4
+    transfer = np.where(dma, plan.dma_bytes / np.maximum(plan.dma_bw * plan.dma_engines, 1e-9), 0.0)
+    latency = np.where(dma, profile.dma_issue_ns + profile.dma_fixed_ns + transfer, plan.dur_ns)
+    occupancy = np.where(dma, profile.dma_issue_ns, plan.dur_ns)
+    return latency, occupancy
+
+
+@numba.njit(cache=True)
+def _bottom_level(latency, succ_ptr, succ_idx):
+    """Each instruction's longest latency path to the end of the program (itself included)."""
+    level = latency.copy()
+    for i in range(latency.size - 1, -1, -1):
+        longest = 0.0
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            longest = max(longest, level[succ_idx[k]])
+        level[i] += longest
+    return level
+
+
+def _by_priority(plan: TimingPlan, priority, succ_ptr, succ_idx) -> np.ndarray:
+    """Topological order taking the ready instruction with the longest path to the end first."""
+    waiting = np.diff(plan.exact[0]).astype(np.int64)
+    ready = [(-priority[i], i) for i in np.flatnonzero(waiting == 0).tolist()]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for k in succ_idx[succ_ptr[i]:succ_ptr[i + 1]].tolist():
+            waiting[k] -= 1
+            if waiting[k] == 0:
+                heapq.heappush(ready, (-priority[k], k))
+    return np.array(order, np.int64)
+
+
+def _with_resources(plan: TimingPlan, priority, latency, occupancy, succ_ptr, succ_idx) -> np.ndarray:
+    """List schedule over the engines and DMA queues: the stream that can start something soonest takes, among
+    its instructions whose inputs are ready by then, the one with the longest path to the end. Emitted in
+    order of start (ties: decision order), which keeps every dependency."""
+    start, decided = _list_schedule(plan.stream.astype(np.int64), np.diff(plan.exact[0]).astype(np.int64),
+                                    priority, latency, occupancy, succ_ptr, succ_idx)
+    return np.lexsort((decided, start))
+
+
+@numba.njit(cache=True)
+def _list_schedule(stream, waiting, priority, latency, occupancy, succ_ptr, succ_idx):
+    n = stream.size
+    n_streams = stream.max() + 1
+    cand = np.empty((n_streams, n), np.int64)  # each stream's instructions whose dependencies are scheduled
+    count = np.zeros(n_streams, np.int64)
+    for i in range(n):
+        if waiting[i] == 0:
+            cand[stream[i], count[stream[i]]] = i
+            count[stream[i]] += 1
+    ready_at = np.zeros(n)
+    free = np.zeros(n_streams)
+    start = np.zeros(n)
+    decided = np.zeros(n, np.int64)
+    for step in range(n):
+        s, t = -1, np.inf  # the stream that can start an instruction soonest, and when
+        for q in range(n_streams):
+            if count[q]:
+                first = np.inf
+                for c in range(count[q]):
+                    first = min(first, ready_at[cand[q, c]])
+                if max(free[q], first) < t:
+                    s, t = q, max(free[q], first)
+        pick = -1  # its ready instruction with the longest path to the end (ties: program order)
+        for c in range(count[s]):
+            j = cand[s, c]
+            if ready_at[j] <= t and (pick < 0 or priority[j] > priority[cand[s, pick]]
+                                     or (priority[j] == priority[cand[s, pick]] and j < cand[s, pick])):
+                pick = c
+        i = cand[s, pick]
+        count[s] -= 1
+        cand[s, pick] = cand[s, count[s]]
+        start[i], decided[i], free[s] = t, step, t + occupancy[i]
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ_idx[k]
+            ready_at[j] = max(ready_at[j], t + latency[i])
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                cand[stream[j], count[stream[j]]] = j
+                count[stream[j]] += 1
+    return start, decided

@@ -1,0 +1,111 @@
+"""Instruction scheduling of merged programs (neuron_sim.schedule): every order it considers computes the same
+bytes as program order, and the one it keeps is never slower."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuron_hal import AP, TRN2, Act, Alu, Engine, Program, TensorArg, isa
+from neuron_sim.driver import SimDriver
+from neuron_sim.schedule import candidate_orders, reordered, schedule
+from neuron_sim.timing import prepare_timing, run_timing
+
+P, W = 32, 16  # partitions and float32 elements of a tile; tiles overlap at W // 2 steps
+SLOTS = 6  # tile start offsets 0, W/2, W, ... (in elements): neighbours share half their bytes
+
+
+def tile(slot: int, partitions: int = P) -> AP:
+    return AP.sbuf("float32", partitions, (W,), offset=slot * (W // 2) * 4)
+
+
+def hbm(tensor: int, row: int) -> AP:
+    return AP.hbm(tensor, "float32", (P, W), offset=row * W * 4, row_stride=W)
+
+
+INSTRUCTIONS = st.one_of(
+    st.tuples(st.just("load"), st.integers(0, SLOTS - 1), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.just("act"), st.integers(0, SLOTS - 1), st.integers(0, SLOTS - 1),
+              st.sampled_from([Act.exp, Act.square])),
+    st.tuples(st.just("add"), st.integers(0, SLOTS - 1), st.integers(0, SLOTS - 1), st.integers(0, SLOTS - 1),
+              st.sampled_from([Engine.VECTOR, Engine.GPSIMD])),
+    st.tuples(st.just("copy"), st.integers(0, SLOTS - 1), st.integers(0, SLOTS - 1),
+              st.sampled_from([Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD])),
+    st.tuples(st.just("store"), st.integers(0, SLOTS - 1), st.integers(0, 3), st.integers(0, 3)),
+)
+
+
+def build(steps) -> Program:
+    """A straight-line program over overlapping SBUF tiles and rows of an in/out HBM tensor: every kind of
+    hazard (read after write, write after read, write after write) within and across engines and DMA queues.
+    Tensor 0 is read-only input, tensor 1 is read and written; every tile is stored at the end."""
+    body = [isa.Memset(tile(s), 0.0) for s in range(SLOTS + 1)]
+    for step in steps:
+        kind = step[0]
+        if kind == "load":
+            _, dst, row, queue = step
+            body.append(isa.DmaCopy(tile(dst), hbm(row % 2, row // 2), queue=queue))
+        elif kind == "act":
+            _, dst, src, fn = step
+            body.append(isa.Activation(tile(dst), tile(src), fn))
+        elif kind == "add":
+            _, dst, a, b, engine = step
+            body.append(isa.TensorTensor(tile(dst), tile(a), tile(b), Alu.add, engine=engine))
+        elif kind == "copy":
+            _, dst, src, engine = step
+            body.append(isa.TensorCopy(tile(dst), tile(src), engine=engine))
+        else:
+            _, src, row, queue = step
+            body.append(isa.DmaCopy(hbm(1, row), tile(src), queue=queue))
+    body += [isa.DmaCopy(hbm(2, s), tile(s)) for s in range(SLOTS)]
+    args = [TensorArg("x", (4 * P, W), "float32"), TensorArg("y", (4 * P, W), "float32", "inout"),
+            TensorArg("tiles", (SLOTS * P, W), "float32", "out")]
+    return Program("hazards", args, body)
+
+
+def run(drv, program, x, y):
+    a, b, c = (drv.alloc(0, 4 * P * W * 4), drv.alloc(0, 4 * P * W * 4), drv.alloc(0, SLOTS * P * W * 4))
+    drv.write(0, a, x)
+    drv.write(0, b, y)
+    drv.execute(0, drv.load(0, program), [a, b, c])
+    out = [np.empty((4 * P, W), np.float32), np.empty((SLOTS * P, W), np.float32)]
+    drv.read(0, b, out[0])
+    drv.read(0, c, out[1])
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(INSTRUCTIONS, min_size=1, max_size=40))
+def test_every_candidate_order_computes_what_program_order_computes(steps):
+    program = build(steps)
+    rng = np.random.default_rng(len(steps))
+    x, y = (rng.uniform(-1, 1, (4 * P, W)).astype(np.float32) for _ in range(2))
+    drv = SimDriver(TRN2)
+    want = run(drv, program, x, y)
+    plan = prepare_timing(program, TRN2, exact=True)
+    for order in candidate_orders(plan, TRN2):
+        assert sorted(order.tolist()) == list(range(len(program.instructions)))
+        for got, expected in zip(run(drv, reordered(program, order), x, y), want):
+            np.testing.assert_array_equal(got, expected)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(INSTRUCTIONS, min_size=1, max_size=40))
+def test_the_kept_schedule_is_never_slower(steps):
+    program = build(steps)
+    kept, plan = schedule(program, TRN2)
+    assert run_timing(plan).end_ns <= run_timing(prepare_timing(program, TRN2)).end_ns
+    assert sorted(map(id, kept.instructions)) == sorted(map(id, program.instructions))
+
+
+def test_independent_work_is_not_held_behind_a_waiting_instruction():
+    """A vector copy waiting for a slow load no longer holds back independent vector work queued after it."""
+    big = 2048
+    body = [isa.DmaCopy(AP.sbuf("float32", P, (big,)), AP.hbm(0, "float32", (P, big))),
+            isa.TensorCopy(AP.sbuf("float32", P, (big,), offset=8 * big), AP.sbuf("float32", P, (big,)))]
+    body += [isa.TensorCopy(AP.sbuf("float32", P, (big,), offset=(16 + 4 * i) * big),
+                            AP.sbuf("float32", P, (big,), offset=(18 + 4 * i) * big)) for i in range(6)]
+    program = Program("blocked", [TensorArg("x", (P, big), "float32")], body)
+    kept, plan = schedule(program, TRN2)
+    before = run_timing(prepare_timing(program, TRN2)).end_ns
+    assert run_timing(plan).end_ns < 0.8 * before
+    assert kept.instructions.index(body[1]) > kept.instructions.index(body[2])  # the waiting copy moved back
