@@ -109,3 +109,12 @@ def test_independent_work_is_not_held_behind_a_waiting_instruction():
     before = run_timing(prepare_timing(program, TRN2)).end_ns
     assert run_timing(plan).end_ns < 0.8 * before
     assert kept.instructions.index(body[1]) > kept.instructions.index(body[2])  # the waiting copy moved back
+
+
+def test_programs_beyond_the_exact_pass_limit_keep_their_order(monkeypatch):
+    import neuron_sim.schedule as sched
+
+    program = build([("act", 1, 0, Act.exp), ("copy", 0, 1, Engine.VECTOR)])
+    monkeypatch.setattr(sched, "EXACT_STATE_MAX", len(program.instructions) * len(program.args) - 1)
+    kept, plan = schedule(program, TRN2)
+    assert kept is program and plan.exact is None

@@ -22,9 +22,16 @@ from neuron_hal.program import Program
 
 from .timing import TimingPlan, _successors, prepare_timing, run_timing
 
+# The exact dependency pass keeps per-tensor state for every instruction (each its own stream): programs beyond
+# this many (instructions x tensors) keep their launch order rather than take that memory (an implementation
+# limit, not a hardware number; ~128 MB at the limit).
+EXACT_STATE_MAX = 1 << 23
+
 
 def schedule(program: Program, profile: Profile) -> tuple[Program, TimingPlan]:
     """The fastest of ``program`` and its list-scheduled reorderings, with its timing plan."""
+    if len(program.instructions) * max(len(program.args), 1) > EXACT_STATE_MAX:
+        return program, prepare_timing(program, profile)
     plan = prepare_timing(program, profile, exact=True)
     best = (run_timing(plan).end_ns, program, plan)
     for order in candidate_orders(plan, profile):
