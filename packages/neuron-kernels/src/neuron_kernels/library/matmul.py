@@ -744,6 +744,9 @@ class _Gemm(_IO):
             return epi.cache[key]
         if rows == 1:  # one row broadcast to every partition (a DMA reading the same row w1 times)
             key = ("row", s0, w2, w1)
+            for have, (_, tile) in list(epi.cache.items()):  # a wider row tile already loaded: a slice of it
+                if have[0] == "row" and have[1] <= s0 and s0 + w2 <= have[1] + have[2] and w1 <= have[3]:
+                    epi.cache.setdefault(key, ("full", tile[:w1, s0 - have[1]:s0 - have[1] + w2]))
             if key not in epi.cache:
                 if len(epi.cache) > 64:
                     epi.cache.clear()
