@@ -9,6 +9,12 @@ for the mask, lengths the kernels hold in SBUF) and aten then calls
 backward, ``..._overrideable_backward`` (flash_attention_bwd: dq, dk, dv). Otherwise it answers ``math``:
 aten's own decomposition (bmm, softmax, ...) on the other native ops.
 
+Layouts: q, k, v (and in the backward grad_out and out) whose rows are contiguous are read in place, in any
+batch/head strides (heads viewed out of a [B, S, H * D] projection, heads broadcast by stride 0): the kernels take
+the storage such a tensor spans and its [B, H, S, D] strides. The output is written in the layout aten's meta
+gives it, and each gradient in its input's layout where that input is dense (else contiguous), so the
+autograd of the heads' view needs no copy either.
+
 Masks: aten turns a boolean mask into an additive float one before calling the op; the kernel takes
 [Sq, Skv] or [BH, Sq, Skv], so a mask broadcast over batch and heads is passed as its [Sq, Skv] plane and
 other broadcasts are materialized. ``is_causal`` is top-left aligned in both torch and the kernel.
