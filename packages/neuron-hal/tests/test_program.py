@@ -30,6 +30,19 @@ def test_json_round_trip_and_hash():
     assert json.loads(p.to_json())["instructions"][0]["opcode"] == "dma_copy"
 
 
+def test_canonical_text_round_trips_with_its_digest():
+    p = sample_program()
+    p.meta["outputs"] = [1]
+    text = p.canonical()
+    q = Program.from_canonical(text, p.meta)
+    assert q.instructions == p.instructions and q.args == p.args and q.meta == {"outputs": [1]}
+    fresh = Program(q.name, q.args, q.instructions)  # its digest computed, not read
+    assert q.digest == fresh.digest == p.digest and q.canonical() == text
+    ins = list(p.instructions)
+    ins[2] = isa.TensorScalar(ins[2].dst, ins[2].src, Alu.multiply, 3.0)
+    assert Program.from_canonical(Program(p.name, p.args, ins).canonical()).digest != p.digest
+
+
 def test_digest_changes_with_any_field():
     p = sample_program()
     ins = list(p.instructions)

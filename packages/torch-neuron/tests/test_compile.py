@@ -1,6 +1,6 @@
 """torch.compile(backend="neuron"): compiled equals eager (forward and backward, float32 and bf16 autocast),
 elementwise chains fuse into one program, dynamic shapes compile once, graph breaks and fullgraph work, and
-the on-disk program cache is shared by processes."""
+the on-disk program and graph caches are shared by processes."""
 
 from __future__ import annotations
 
@@ -401,10 +401,14 @@ def test_concurrent_processes_share_the_cache(tmp_path):
         assert p.returncode == 0, err[-3000:]
         sums.append(json.loads(out.strip().splitlines()[-1])["sum"])
     assert sums[0] == sums[1]
-    assert {p.suffix for p in (tmp_path / "shared").iterdir()} == {".json"}  # no temporary files left
+    shared = tmp_path / "shared"
+    assert {p.suffix for p in shared.iterdir() if p.is_file()} == {".json"}  # programs; graphs in graphs/
+    assert [p.name for p in shared.rglob("*") if p.suffix == ".tmp"] == []  # no temporary files left
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert "cache_misses" not in _child(env)["counts"]
+        counts = _child(env)["counts"]
+    assert "cache_misses" not in counts and "graph_cache_misses" not in counts
+    assert counts.get("graph_cache_hits") == 1
 
 
 def test_graphs_and_new_input_shapes_are_logged(caplog):
@@ -439,3 +443,151 @@ def test_same_formula_on_several_graph_inputs_is_one_program():
     assert sum(torch.neuron.metrics()["programs"].values()) == 1 and regions() == 1
     for g, x in zip(got, xs):
         torch.testing.assert_close(g.cpu(), x.to(torch.bfloat16), rtol=0, atol=0)
+
+
+_TRAIN_CHILD = textwrap.dedent("""
+    import json, torch
+    from torch_neuron.models import GPTConfig
+    from torch_neuron.models.gpt import Block
+    torch.manual_seed(0)
+    block = Block(GPTConfig(n_embd=32, n_head=4)).to("neuron")
+    x = torch.randn(2, 16, 32).to("neuron").requires_grad_()
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        y = torch.compile(block, backend="neuron")(x)
+    y.float().square().mean().backward()
+    grads = [x.grad] + [p.grad for p in block.parameters()]
+    print(json.dumps({"counts": torch.neuron.metrics()["compile"], "out": y.float().cpu().flatten().tolist(),
+                      "grads": [g.float().cpu().flatten().tolist() for g in grads]}))
+""")
+
+
+def test_a_warm_process_takes_forward_and_backward_graphs_from_the_graph_cache(tmp_path):
+    env = {**os.environ, "TORCH_NEURON_COMPILE_CACHE": str(tmp_path / "shared")}
+    run = lambda: subprocess.run([sys.executable, "-c", _TRAIN_CHILD], env=env, capture_output=True,  # noqa: E731
+                                 text=True, timeout=600)
+    cold = run()
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    cold = json.loads(cold.stdout.strip().splitlines()[-1])
+    assert cold["counts"].get("graph_cache_misses") == 1 and "graph_cache_hits" not in cold["counts"]
+    warm = run()
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    warm = json.loads(warm.stdout.strip().splitlines()[-1])
+    assert warm["counts"].get("graph_cache_hits") == 1 and "graph_cache_misses" not in warm["counts"]
+    # the graphs went through the graph compiler again: the same regions, the same programs, the same values
+    for key in ("forward_graphs", "backward_graphs", "fused_regions", "attention_fused"):
+        assert warm["counts"].get(key) == cold["counts"].get(key), key
+    assert warm["out"] == cold["out"] and warm["grads"] == cold["grads"]
+    torch.manual_seed(0)
+    block = Block(GPTConfig(n_embd=32, n_head=4))
+    x = torch.randn(2, 16, 32).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = block(x)
+    y.float().square().mean().backward()
+    torch.testing.assert_close(torch.tensor(warm["out"]), y.float().flatten(), **TOL[torch.bfloat16])
+    for got, p in zip(warm["grads"], [x] + list(block.parameters())):
+        torch.testing.assert_close(torch.tensor(got), p.grad.flatten(), **TOL[torch.bfloat16])
+
+
+def _graph_cache_counts(fn, *args) -> dict:
+    """The graph cache's counters for compiling ``fn`` afresh (Dynamo forgets what it compiled)."""
+    torch._dynamo.reset()
+    torch.neuron.reset_metrics()
+    torch.compile(fn, backend="neuron")(*args)
+    return {k: v for k, v in compile_counts().items() if k.startswith("graph_cache")}
+
+
+def test_graph_cache_misses_on_another_graph_shape_or_dtype():
+    x = torch.randn(6, 5, device=DEV)
+    assert _graph_cache_counts(chain, x, x) == {"graph_cache_misses": 1}
+    assert _graph_cache_counts(chain, x, x) == {"graph_cache_hits": 1}
+    assert _graph_cache_counts(chain, x[:4], x[:4]) == {"graph_cache_misses": 1}
+    assert _graph_cache_counts(chain, x.bfloat16(), x.bfloat16()) == {"graph_cache_misses": 1}
+    assert _graph_cache_counts(lambda a, b: chain(a, b) + 1, x, x) == {"graph_cache_misses": 1}
+    assert _graph_cache_counts(chain, x, x) == {"graph_cache_hits": 1}
+    got = torch.compile(chain, backend="neuron")(x, x)  # the cached graph computes what it did
+    torch.testing.assert_close(got.cpu(), chain(x.cpu(), x.cpu()), **TOL[torch.float32])
+
+
+def test_graphs_of_symbolic_shapes_bypass_the_graph_cache_and_off_turns_it_off(monkeypatch):
+    from torch_neuron.compile import aot_cache
+
+    compiled = torch.compile(chain, backend="neuron", dynamic=True)
+    compiled(torch.randn(3, 5, device=DEV), torch.randn(5, device=DEV))
+    counts = compile_counts()
+    assert counts.get("graph_cache_bypasses") == 1 and "graph_cache_hits" not in counts
+    monkeypatch.setenv("TORCH_NEURON_COMPILE_CACHE", "off")
+    assert aot_cache.directory() is None
+    x = torch.randn(6, 5, device=DEV)
+    assert _graph_cache_counts(chain, x, x) == {}
+
+
+def test_a_graph_from_the_cache_updates_buffers_and_matches_eager():
+    """The cached graph comes with AOTAutograd's wrappers: BatchNorm's running statistics (input mutations)
+    are updated as by the graph compiled first, and outputs and gradients equal eager's."""
+    torch.manual_seed(0)
+    base, x = _cnn(), torch.randn(4, 3, 8, 8)
+    results = []
+    for compiled in (True, True, False):
+        torch._dynamo.reset()
+        torch.neuron.reset_metrics()
+        model = _cnn()
+        model.load_state_dict(base.state_dict())
+        out, grads = _train_grads(model, (x,), compiled, torch.float32)
+        results.append((out, grads, model[1].running_mean.cpu(), model[1].num_batches_tracked.item()))
+        if compiled:
+            counts = compile_counts()
+            assert counts.get("graph_cache_hits" if results[1:] else "graph_cache_misses") == 1
+    *cached, eager = results
+    for out, grads, mean, batches in cached:
+        torch.testing.assert_close(out, eager[0], **TOL[torch.float32])
+        for g, e in zip(grads, eager[1]):
+            torch.testing.assert_close(g, e, **TOL[torch.float32])
+        torch.testing.assert_close(mean, eager[2], **TOL[torch.float32])
+        assert batches == eager[3] == 1
+
+
+class _Scaled(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = torch.tensor(scale, device=DEV)  # a plain tensor attribute: the graph reads its value
+
+    def forward(self, x):
+        return x * self.scale + torch.tensor([1.0, 2.0, 3.0], device=x.device)  # and a constant of the graph
+
+
+def test_cached_graphs_keep_their_constants_and_read_tensor_attributes_anew():
+    x = torch.randn(2, 3)
+    for scale, expected in (([1.0, 2.0, 3.0], "graph_cache_misses"), ([4.0, 5.0, 6.0], "graph_cache_hits")):
+        torch._dynamo.reset()
+        torch.neuron.reset_metrics()
+        model = _Scaled(scale)
+        got = torch.compile(model, backend="neuron")(x.to(DEV))
+        assert compile_counts().get(expected) == 1
+        torch.testing.assert_close(got.cpu(), x * torch.tensor(scale) + torch.tensor([1.0, 2.0, 3.0]),
+                                   **TOL[torch.float32])
+
+
+def test_tensor_attributes_of_dynamos_graph_key_the_graph_cache_by_value():
+    """Torch's key holds a graph's tensor attributes by metadata: the graph cache adds their values."""
+    from torch_neuron.compile.aot_cache import _constants_key
+
+    def graph_reading(value):
+        root = nn.Module()
+        root.weight = nn.Parameter(torch.ones(3))  # parameters and buffers are inputs of AOTAutograd: not keyed
+        root.table = torch.zeros(2, device=DEV)
+        g = torch.fx.Graph()
+        x = g.placeholder("x")
+        g.output(g.call_function(torch.add, (g.call_function(torch.mul, (x, g.get_attr("table"))),
+                                             g.get_attr("weight"))))
+        gm = torch.fx.GraphModule(root, g)
+        del gm.table  # a buffer of the graph module: made a plain attribute, which AOTAutograd bakes in
+        gm.table = value
+        return gm
+
+    one, two = (_constants_key(graph_reading(torch.tensor(v, device=DEV))) for v in ([1.0, 2.0], [1.0, 3.0]))
+    assert one and two and one != two
+    assert _constants_key(graph_reading(torch.tensor([1.0, 2.0], device=DEV))) == one
+    big = torch.zeros((1 << 20) // 4 + 1, device=DEV)
+    assert _constants_key(graph_reading(big)) is None  # too large to read for a key: not cached
+    plain = torch.fx.symbolic_trace(lambda x: x * 2)
+    assert _constants_key(plain) == ""

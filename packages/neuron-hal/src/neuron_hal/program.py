@@ -51,8 +51,22 @@ class Program:
 
     @functools.cached_property
     def digest(self) -> str:
-        """sha256 of the canonical JSON of name, args and instructions."""
-        return hashlib.sha256(self.to_json(with_meta=False).encode()).hexdigest()
+        """sha256 of the canonical JSON of name, args and instructions (``canonical``)."""
+        return _sha256(self.to_json(with_meta=False))
+
+    def canonical(self) -> str:
+        """The canonical JSON of name, args and instructions: what ``digest`` hashes (and remembers now)."""
+        text = self.to_json(with_meta=False)
+        self.__dict__.setdefault("digest", _sha256(text))
+        return text
+
+    @classmethod
+    def from_canonical(cls, text: str, meta: dict | None = None) -> Program:
+        """The program whose ``canonical()`` is ``text``, with ``meta``. Its digest is the hash of ``text`` itself,
+        the content read, rather than of the program encoded again."""
+        program = cls.from_dict({**json.loads(text), "meta": meta or {}})
+        program.__dict__["digest"] = _sha256(text)
+        return program
 
     def __hash__(self) -> int:
         return hash(self.digest)
@@ -95,11 +109,17 @@ class Program:
     @classmethod
     def from_dict(cls, d: dict) -> Program:
         args = tuple(TensorArg(n, tuple(s), DType.of(t), r) for n, s, t, r in d["args"])
-        return cls(d["name"], args, tuple(_decode_instruction(i) for i in d["instructions"]), d.get("meta", {}))
+        memo: dict = {}  # equal access patterns decode to one object, as they were one when encoded
+        return cls(d["name"], args, tuple(_decode_instruction(i, memo) for i in d["instructions"]),
+                   d.get("meta", {}))
 
     @classmethod
     def from_json(cls, text: str) -> Program:
         return cls.from_dict(json.loads(text))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 _ENUMS = {e.__name__: e for e in (isa.Space, isa.Engine, isa.Act, isa.Alu, DType)}
@@ -132,15 +152,19 @@ def _encode_ap(v: isa.AP) -> dict:
     }
 
 
-def _decode(v):
+def _decode(v, memo: dict):
     if isinstance(v, dict):
         if "ap" in v:
             sp, dt, p, free, start, off, pstride, tensor = v["ap"]
-            return isa.AP(isa.Space(sp), DType.of(dt), p, tuple(tuple(f) for f in free), start, off, pstride, tensor)
+            key = (sp, dt, p, tuple(tuple(f) for f in free), start, off, pstride, tensor)
+            ap = memo.get(key)
+            if ap is None:
+                ap = memo[key] = isa.AP(isa.Space(sp), DType.of(dt), p, key[3], start, off, pstride, tensor)
+            return ap
         if "e" in v:
             return _ENUMS[v["e"]][v["v"]]
         if "t" in v:
-            return tuple(_decode(x) for x in v["t"])
+            return tuple(_decode(x, memo) for x in v["t"])
     return v
 
 
@@ -151,6 +175,6 @@ def _encode_instruction(ins: isa.Instruction, memo: dict) -> dict:
     return memo[key]
 
 
-def _decode_instruction(d: dict) -> isa.Instruction:
+def _decode_instruction(d: dict, memo: dict) -> isa.Instruction:
     cls = isa.OPCODES[d["opcode"]]
-    return cls(**{k: _decode(v) for k, v in d.items() if k != "opcode"})
+    return cls(**{k: _decode(v, memo) for k, v in d.items() if k != "opcode"})

@@ -7,7 +7,8 @@ values a kernel factory captured, and a fingerprint of the code that traces it (
 neuron_kernels and the package defining the kernel), so editing a kernel or upgrading a package never
 reads a stale program. Entries are written whole
 to a temporary name and renamed into place: concurrent writers never tear an entry, readers never see a
-partial one, and an unreadable entry is a miss that the next write replaces.
+partial one, and an unreadable entry is a miss that the next write replaces. A program is kept as its canonical
+JSON (``Program.canonical``), so a load takes its digest from the text read instead of encoding it again.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class ProgramStore:
             entry = json.loads(self._path(kernel, address).read_text())
             if entry["address"] != address:
                 raise ValueError("address mismatch")
-            program = Program.from_dict(entry["program"])
+            program = Program.from_canonical(entry["program"], entry["meta"])
         except (OSError, ValueError, KeyError, TypeError):  # absent, torn by a crash, or another format
             self.misses += 1
             return None
@@ -103,7 +104,8 @@ class ProgramStore:
         if address is None:
             return
         try:
-            text = json.dumps({"address": address, "kernel": kernel.name, "program": program.to_dict()})
+            text = json.dumps({"address": address, "kernel": kernel.name, "program": program.canonical(),
+                               "meta": program.meta})
             write_atomic(self._path(kernel, address), text)
         except (OSError, TypeError):  # a read-only or full cache directory costs a retrace, nothing else
             return

@@ -5,6 +5,8 @@ instead of 116 ms), which is most of a warm ``torch.compile``.
 
 The directory is ``$TORCH_NEURON_COMPILE_CACHE``, else ``~/.cache/torch-neuron/programs``; ``0`` or ``off``
 keeps traces in the process. Hits, misses and writes are counted in ``torch.neuron.metrics()["compile"]``.
+Compiled graphs are kept under its ``graphs`` directory (``compile.aot_cache``), so a warm process skips
+AOTAutograd too.
 """
 
 from __future__ import annotations
