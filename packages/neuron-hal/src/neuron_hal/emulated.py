@@ -12,7 +12,7 @@ import bisect
 import mmap
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,6 +110,13 @@ class RangeAllocator:
 class Loaded:
     program: Program
     state: object = None  # what the driver prepared (e.g. encoded tables)
+    prepare: Callable | None = None  # makes ``state`` on first use: a kernel that only runs inside compiled graphs
+    # is never timed alone, so nothing is prepared for it
+
+    def prepared(self):
+        if self.state is None and self.prepare is not None:
+            self.state = self.prepare(self.program)
+        return self.state
 
 
 class EmulatedDriver(Driver):
@@ -203,7 +210,7 @@ class EmulatedDriver(Driver):
         loaded = self._loaded.get(program.digest)
         if loaded is None:
             validate(program, self.profile)
-            loaded = self._loaded[program.digest] = Loaded(program, self._prepare(program))
+            loaded = self._loaded[program.digest] = Loaded(program, prepare=self._prepare)
         return loaded
 
     def _prepare(self, program: Program):

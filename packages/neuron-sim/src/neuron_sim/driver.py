@@ -42,7 +42,7 @@ class SimDriver(EmulatedDriver):
 
     def estimate(self, device, loaded):
         self._device(device)
-        return self._report(device, loaded, run_timing(loaded.state, 0.0), False)
+        return self._report(device, loaded, run_timing(loaded.prepared(), 0.0), False)
 
     def _report(self, device, loaded, timing, trace):
         program = loaded.program
@@ -51,7 +51,7 @@ class SimDriver(EmulatedDriver):
             dict(timing.engine_busy_ns), dict(timing.engine_instructions), self._clocks, timing.dma_bytes,
         )
         if trace:
-            report.trace = chrome_trace(program, loaded.state, timing, device)
+            report.trace = chrome_trace(program, loaded.prepared(), timing, device)
         return report
 
     def _values(self, device, loaded, addresses):
@@ -63,4 +63,4 @@ class SimDriver(EmulatedDriver):
                 core.repoison()  # every program starts from poisoned SBUF/PSUM, as after a fresh load
 
     def _time(self, device, loaded, start_ns, trace):
-        return self._report(device, loaded, run_timing(loaded.state, start_ns, want_events=trace), trace)
+        return self._report(device, loaded, run_timing(loaded.prepared(), start_ns, want_events=trace), trace)
