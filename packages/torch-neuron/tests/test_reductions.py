@@ -107,6 +107,26 @@ def test_prod_and_cumsum(dtype):
     check(got[2:], (x.cumsum(1), x.cumsum(0), x.cumsum(-1, dtype=torch.float32)), dtype)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool, torch.float32]),
+       st.sampled_from([torch.int32, torch.int16, torch.int8, torch.uint8]),
+       st.lists(st.integers(1, 70), min_size=0, max_size=2), st.integers(0, 3))
+def test_cumsum_into_a_narrow_integer_dtype_wraps_like_torch(src_dtype, dtype, shape, seed):
+    """cumsum(dtype=int32) (MoE routing's expert offsets) and other narrow integer results: torch casts, then sums
+    in that dtype, wrapping; the device computes the exact int64 scan and casts it down."""
+    g = torch.Generator().manual_seed(seed)
+    if src_dtype.is_floating_point:  # in every target's range (out-of-range float -> int casts are undefined)
+        x = torch.rand(shape, generator=g) * 100
+    else:
+        info = torch.iinfo(src_dtype) if src_dtype != torch.bool else None
+        low, high = (0, 2) if info is None else (info.min, info.max)
+        x = torch.randint(low, high, shape, generator=g, dtype=torch.int64).to(src_dtype)
+    dim = len(shape) - 1 if shape else 0
+    with native("cumsum" if x.numel() > 1 else None):  # a 0-d or 1-element cumsum is a cast
+        got = torch.cumsum(x.to(DEV), dim, dtype=dtype)
+    check(got, torch.cumsum(x, dim, dtype=dtype))
+
+
 def test_cumsum_long_rows_and_in_place():
     x = data((3, 1000))
     xd = x.to(DEV)

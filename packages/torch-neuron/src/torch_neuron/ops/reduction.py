@@ -68,6 +68,9 @@ def plan(x: torch.Tensor, dim, keepdim: bool, empty_is_all: bool = True):
     return _plan(tuple(x.shape), _dim_key(dim), bool(keepdim), empty_is_all)
 
 
+NARROW_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32)  # cumsum(dtype=) results that wrap
+
+
 def cast_to(x: torch.Tensor, dtype) -> torch.Tensor | None:
     """x converted to the dtype= argument; None when no kernel computes in that dtype (the CPU path)."""
     if dtype is None or dtype == x.dtype:
@@ -223,6 +226,12 @@ def cumsum(self, dim, *, dtype=None):
             and (x is None or not _int_sum_exact(x.dtype, n))):
         # exact byte-plane scans (reduction_int64); a 0-d cumsum is its value
         return int64_cumsum(self, d) if dims else self.to(torch.int64, copy=True)
+    if dtype in NARROW_INTS and x is not None and self.numel() and int64_exact(x.dtype, n):
+        # torch sums in the narrow dtype, wrapping: the exact int64 scan cast down wraps the same way
+        if not dims:
+            return x.clone()
+        wide = run("cumsum", reduce.cumsum, contig(x), d)[0] if _int_sum_exact(x.dtype, n) else int64_cumsum(x, d)
+        return wide.to(dtype)
     if x is None or (x.dtype not in FLOATS and not _int_sum_exact(x.dtype, n)):
         return on_cpu(aten.cumsum.default, self, dim, dtype=dtype)
     if x.numel() == 0:
