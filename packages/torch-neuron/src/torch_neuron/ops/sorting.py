@@ -9,7 +9,8 @@ topk, mode), the device returns the stable choice for float32/int32, whose value
 dtypes where ties are common (16-bit floats, small ints) to the CPU unless torch's order is stable there
 too (rows of at most 16); a float32/int32 topk whose selected head does hold a tie also takes the CPU's
 answer. kthvalue and median pick the stable index among ties. Rows longer than
-``MAX_ROW``, int64/float64 and other dtypes take the counted CPU path.
+``MAX_ROW``, float64 and other dtypes take the counted CPU path (int64 sorts with stable=True or short rows,
+and its kthvalue/median, run on the device).
 """
 
 from __future__ import annotations
@@ -161,6 +162,8 @@ def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
 # -- median / nanmedian ---------------------------------------------------------------------------------
 def _non_nan_count(op: str, rows: torch.Tensor) -> torch.Tensor:
     """FP32 [B, 1] count of the non-NaN values of each row (exact: rows are at most MAX_ROW long)."""
+    if not rows.dtype.is_floating_point:  # integers are never NaN
+        return torch.full((rows.shape[0], 1), float(rows.shape[1]), device=rows.device)
     ok = ew(op, elementwise.eq, rows, rows)
     return run(op, reduce.sum, run(op, movement.copy, ok, dtype=torch.float32)[0], (1,), True)[0]
 
@@ -263,7 +266,7 @@ def mode(self, dim=-1, keepdim=False):
     # torch counts runs after std::sort, whose order of equal values is stable (insertion sort) only up to 16
     # elements: beyond that the index of a tie is unspecified, so dtypes where ties are common go to the CPU.
     # int32 goes there too (the equality counts are FP32 formulas).
-    if self.numel() == 0 or not sortable(self, n) or self.dtype == torch.int32 \
+    if self.numel() == 0 or not sortable(self, n) or self.dtype in (torch.int32, torch.int64) \
             or (self.dtype not in WIDE_KEYS and n > 16):
         return on_cpu(aten.mode.default, self, dim, keepdim)
     if self.dim() == 0:

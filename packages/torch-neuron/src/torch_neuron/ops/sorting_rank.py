@@ -9,8 +9,8 @@ comes from one scatter (perm[rank_i] = i) and the sorted values from one gather:
 block, O(n^2) work, so rows longer than ``MAX_ROW`` take the CPU path (see ``sortable``).
 
 Exactness: float16/bfloat16 values are exact in FP32; bool/uint8/int8/int16 are ranked through an
-exact float32 copy; int32 compares exactly on GpSimd (elementwise kernels, a few more launches);
-int64 is never ranked here (no exact 64-bit compares on the engines).
+exact float32 copy; int32 compares exactly on GpSimd (elementwise kernels, a few more launches); int64
+compares exactly word by word (the int64 comparison ops of :mod:`.pointwise_int64`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MAX_ROW = 16384  # longest row ranked on the device (n**2 comparisons)
 CHUNK = 1 << 22  # comparison-matrix elements per launch (16 MiB of FP32)
 SCAN_MAX = 2048  # longest row of the ops that need whole [n, n] blocks (scans, mode)
 SMALL_INTS = (torch.bool, torch.uint8, torch.int8, torch.int16)
-RANKABLE = (*FLOATS, *SMALL_INTS, torch.int32)
+RANKABLE = (*FLOATS, *SMALL_INTS, torch.int32, torch.int64)
 
 
 def sortable(x: torch.Tensor, n: int) -> bool:
@@ -120,10 +120,27 @@ def _rank_int32(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
     return join(parts, B, n)
 
 
+def _rank_int64(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
+    """FP32 ranks of a contiguous int64 [B, n] tensor: exact 64-bit compares (two 32-bit words each)."""
+    B, n = x.shape
+    pos = iota(n, x.device)
+    parts = []
+    for rs, cs in blocks(B, n):
+        rows = x[rs]
+        k, m = rows.shape[0], cs.stop - cs.start
+        xi, xj = contig(rows[:, cs]).view(k, m, 1), rows.view(k, 1, n)
+        earlier = ew(op, elementwise.lt, pos.view(1, n), contig(pos[cs]).view(m, 1))
+        below = torch.gt(xj, xi) if descending else torch.lt(xj, xi)
+        before = torch.logical_or(below, torch.logical_and(torch.eq(xj, xi), earlier))
+        before = run(op, movement.copy, before, dtype=torch.float32)[0]
+        parts.append(run(op, reduce.sum, before, (2,), False)[0])
+    return join(parts, B, n)
+
+
 def ranks(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
     """int32 [B, n] stable ranks of the rows of a contiguous [B, n] tensor (a RANKABLE dtype)."""
-    if x.dtype == torch.int32:
-        r = _rank_int32(op, x, descending)
+    if x.dtype in (torch.int32, torch.int64):
+        r = (_rank_int32 if x.dtype == torch.int32 else _rank_int64)(op, x, descending)
     else:
         xf = x if x.dtype in FLOATS else run(op, movement.copy, x, dtype=torch.float32)[0]
         r = _rank_float(op, xf, descending)
