@@ -1,6 +1,7 @@
-"""Complex tensors on neuron against PyTorch CPU: they live on the device (math takes the CPU fallback), so
-copies in every direction, conjugate / negative views, view_as_real / view_as_complex aliasing, .real/.imag
-writes, conj_physical and the FFTs (whose inverse transforms return conjugate views) must be exact."""
+"""Complex tensors on neuron against PyTorch CPU: they live on the device (complex64 add/sub/mul compute there,
+other math takes the CPU fallback), so copies in every direction, conjugate / negative views, view_as_real /
+view_as_complex aliasing, .real/.imag writes, conj_physical and the FFTs (whose inverse transforms return
+conjugate views) must be exact; the arithmetic matches to float32 rounding."""
 
 import pytest
 import torch
@@ -117,3 +118,82 @@ def test_fft_inverse_results(fn, kwargs):
     x = torch.randn(5, 6, 7)
     got = fn(x.to(DEV), **kwargs).cpu()
     torch.testing.assert_close(got, fn(x, **kwargs), rtol=1.3e-6, atol=1e-5)
+
+
+# -- arithmetic on the device: complex64 add / sub / mul ----------------------------------------------------
+OPERANDS = ("complex", "conj", "from_negative_view", "real", "scalar", "complex_scalar")
+
+
+def _operand(kind, shape, g):
+    c = torch.randn(shape, dtype=torch.complex64, generator=g)
+    if kind == "complex":
+        return c, c.to(DEV)
+    if kind == "conj":
+        return c.conj(), c.to(DEV).conj()
+    if kind == "from_negative_view":  # the imaginary part of a conjugate view is a negative view (resolved here)
+        return torch.conj(c).imag.neg().to(torch.complex64), torch.conj(c.to(DEV)).imag.neg().to(torch.complex64)
+    if kind == "real":
+        r = torch.randn(shape, generator=g)
+        return r, r.to(DEV)
+    if kind == "scalar":
+        return 2.5, 2.5
+    return 0.5 - 1.5j, 0.5 - 1.5j
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["mul", "add", "sub"]), st.sampled_from(OPERANDS[:4]), st.sampled_from(OPERANDS),
+       st.sampled_from([((3, 4), (4,)), ((2, 1, 5), (3, 5)), ((6,), (6,)), ((), (2, 2))]),
+       st.sampled_from(["functional", "inplace", "out"]), st.integers(0, 5))
+def test_complex64_arithmetic_runs_on_the_device(op, kind_a, kind_b, shapes, variant, seed):
+    """add/sub/mul of complex64 with complex, conjugate, real and scalar operands (broadcast), in-place and out=,
+    against the CPU: float32 math on the parts, each product rounded as torch's vectorized kernels round it."""
+    g = torch.Generator().manual_seed(seed)
+    (a, ad), (b, bd) = _operand(kind_a, shapes[0], g), _operand(kind_b, shapes[1], g)
+    fn = getattr(torch, op)
+    want = fn(a, b)
+    if want.dtype != torch.complex64:
+        return  # real op real: not this test's
+    torch.neuron.set_strict(True)
+    try:
+        if variant == "functional":
+            got = fn(ad, bd)
+        elif variant == "out":
+            got = torch.empty(0, dtype=torch.complex64, device=DEV)
+            fn(ad, bd, out=got)
+        else:
+            if want.shape != torch.broadcast_shapes(getattr(a, "shape", ()), ()) or not isinstance(a, torch.Tensor) \
+                    or not a.is_complex():
+                return
+            got = ad.clone().resolve_conj()
+            getattr(got, op + "_")(bd)
+    finally:
+        torch.neuron.set_strict(False)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want.resolve_conj(), rtol=2e-7, atol=1e-7)
+
+
+def test_complex_rotary_embedding_forward_and_backward_run_on_the_device():
+    """TorchTitan's / Llama 4's rotary embedding: view_as_complex, a complex multiply, view_as_real; its backward
+    multiplies by the conjugate. No CPU fallback, equal to the CPU."""
+    def rope(x, freqs):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs.view(1, xc.shape[1], 1, xc.shape[-1])).flatten(3).type_as(x)
+
+    torch.manual_seed(0)
+    b, s, h, d = 2, 16, 4, 32
+    angles = torch.outer(torch.arange(s).float(), 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d)))
+    freqs = torch.polar(torch.ones(s, d // 2), angles)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(b, s, h, d, dtype=dtype)
+        w = torch.randn(b, s, h, d)
+        xc = x.clone().requires_grad_()
+        (rope(xc, freqs).float() * w).sum().backward()
+        xd = x.to(DEV).requires_grad_()
+        torch.neuron.set_strict(True)
+        try:
+            yd = rope(xd, freqs.to(DEV))
+            (yd.float() * w.to(DEV)).sum().backward()
+        finally:
+            torch.neuron.set_strict(False)
+        torch.testing.assert_close(yd.cpu(), rope(x, freqs), rtol=2e-7, atol=1e-7)
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=2e-7, atol=1e-7)

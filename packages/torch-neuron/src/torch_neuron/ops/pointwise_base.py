@@ -127,12 +127,15 @@ def _make_plan(entry: Entry, args, kwargs) -> Plan:
     plan.cpu = cpu or (entry.supports is not None and not entry.supports(plan, *args, **fkwargs))
     if plan.cpu and R is torch.int64 and result.dtype in _WIDE_RESULTS and entry.name in WIDE:
         plan.wide = WIDE[entry.name]  # int64 math from 32-bit words; off the hot path (plan.cpu stays set)
+    if plan.cpu and R is torch.complex64 and result.dtype is torch.complex64 and entry.name in COMPLEX:
+        plan.wide = COMPLEX[entry.name]  # float32 math on the parts (pointwise_complex)
     return plan
 
 
 # runner(entry, plan, args, kwargs, target) by metrics name, filled in by pointwise_int64; target is None
 # (functional), the in-place self or the out= tensor
 WIDE: dict = {}
+COMPLEX: dict = {}  # the same for complex64 signatures, filled in by pointwise_complex
 _WIDE_RESULTS = frozenset({torch.int64, torch.bool})
 
 

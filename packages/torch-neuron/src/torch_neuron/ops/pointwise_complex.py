@@ -1,0 +1,68 @@
+"""complex64 add, sub and mul on the device: float32 math on the real and imaginary parts (``view_as_real``), the
+formulas torch's CPU kernels use: (a + bi)(c + di) = (ac - bd) + (ad + bc)i, each product and sum rounded to
+float32. Rotary embeddings written with complex numbers (Llama 4, DeepSeek-V2, TorchTitan's Llama) multiply
+complex tensors forward and, against conjugates, backward.
+
+pointwise_base sends a plan here (``Plan.wide``) when the signature's promoted dtype and result are complex64 and
+the op is in ``COMPLEX``. Operands: complex64 tensors (conjugate and negative views resolved first), real tensors
+and Python numbers (imaginary part 0, as torch promotes them). A complex ``alpha`` and complex128 stay on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._prims_common.wrappers import _maybe_resize_out
+
+from .common import check_cast, run_on_cpu
+from .pointwise_base import COMPLEX
+
+
+def _parts(v):
+    """(real, imaginary) of an operand: float32 tensors or Python floats."""
+    if isinstance(v, torch.Tensor):
+        if v.is_complex():
+            r = torch.view_as_real(v.resolve_conj().resolve_neg())
+            return r[..., 0], r[..., 1]
+        return v.to(torch.float32), 0.0
+    c = complex(v)
+    return c.real, c.imag
+
+
+def _mul(a, b):
+    (ar, ai), (br, bi) = _parts(a), _parts(b)
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+def _add_like(sign: float):
+    def combine(a, b, alpha=1):
+        if isinstance(alpha, complex):
+            return None
+        (ar, ai), (br, bi) = _parts(a), _parts(b)
+        scale = sign * alpha
+        return ar + br * scale, ai + bi * scale
+    return combine
+
+
+_PARTS = {"mul": _mul, "add": _add_like(1.0), "sub": _add_like(-1.0)}
+
+
+def run(entry, plan, args, kwargs, target):
+    """Functional (target None), in-place or out= call of a complex64 signature."""
+    given = kwargs
+    if target is not None and target is kwargs.get(entry.out_arg):
+        _maybe_resize_out(target, plan.shape)
+        kwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
+    if target is not None:
+        check_cast(plan.dtype, target)
+    parts = _PARTS[entry.name](*args, **kwargs)
+    if parts is None:
+        return run_on_cpu(entry.overload, *args, **given)
+    re, im = (torch.as_tensor(p, dtype=torch.float32, device=plan.device).expand(plan.shape) for p in parts)
+    result = torch.view_as_complex(torch.stack((re, im), dim=-1))
+    if target is None:
+        return result
+    target.copy_(result)
+    return target
+
+
+COMPLEX.update(dict.fromkeys(_PARTS, run))
