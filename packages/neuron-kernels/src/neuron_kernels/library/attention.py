@@ -920,7 +920,9 @@ def flash_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
     mm_n = nl.tile_size.gemm_moving_fmax
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     s_eff, qmul = (sc, None) if sc != 0 else (1.0, 0.0)  # scale 0: scores are 0 (q zeroed for them)
-    blk = max(pmax, min(int(kv_block), mm_n) // pmax * pmax)  # keys per block: one PSUM bank of scores
+    # keys per block: one PSUM bank of scores, no wider than the keys there are (a block's K^T and V^T tiles are
+    # allocated whole: 512-key tiles for 12 keys overflowed SBUF with ~100 small heads in flight)
+    blk = max(pmax, min(int(kv_block), mm_n, nl.cdiv(skv, pmax) * pmax) // pmax * pmax)
     nqt = nl.cdiv(sq, pmax)
     kpb = blk // pmax  # key tiles per block
     any_order = not causal and mask is None  # keys of a block in any order shared by K, V, dK, dV (see forward)
