@@ -132,6 +132,17 @@ def _make_plan(entry: Entry, args, kwargs) -> Plan:
     return plan
 
 
+def target_kwargs(entry: Entry, plan: Plan, kwargs: dict, target) -> dict:
+    """For a runner below: an out= target resized to the result and dropped from the arguments, and aten's cast
+    check of an in-place or out= target."""
+    if target is not None and target is kwargs.get(entry.out_arg):
+        _maybe_resize_out(target, plan.shape)
+        kwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
+    if target is not None:
+        check_cast(plan.dtype, target)
+    return kwargs
+
+
 # runner(entry, plan, args, kwargs, target) by metrics name, filled in by pointwise_int64; target is None
 # (functional), the in-place self or the out= tensor
 WIDE: dict = {}

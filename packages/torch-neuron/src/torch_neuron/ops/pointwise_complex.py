@@ -11,10 +11,9 @@ and Python numbers (imaginary part 0, as torch promotes them). A complex ``alpha
 from __future__ import annotations
 
 import torch
-from torch._prims_common.wrappers import _maybe_resize_out
 
-from .common import check_cast, run_on_cpu
-from .pointwise_base import COMPLEX
+from .common import run_on_cpu
+from .pointwise_base import COMPLEX, target_kwargs
 
 
 def _parts(v):
@@ -48,12 +47,7 @@ _PARTS = {"mul": _mul, "add": _add_like(1.0), "sub": _add_like(-1.0)}
 
 def run(entry, plan, args, kwargs, target):
     """Functional (target None), in-place or out= call of a complex64 signature."""
-    given = kwargs
-    if target is not None and target is kwargs.get(entry.out_arg):
-        _maybe_resize_out(target, plan.shape)
-        kwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
-    if target is not None:
-        check_cast(plan.dtype, target)
+    given, kwargs = kwargs, target_kwargs(entry, plan, kwargs, target)
     parts = _PARTS[entry.name](*args, **kwargs)
     if parts is None:
         return run_on_cpu(entry.overload, *args, **given)

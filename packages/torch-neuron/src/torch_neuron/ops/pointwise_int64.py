@@ -18,13 +18,12 @@ from an adapter for the CPU. Shifts, powers and division by tensors or other div
 from __future__ import annotations
 
 import torch
-from torch._prims_common.wrappers import _maybe_resize_out
 
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import wide_int as wk
 
-from .common import check_cast, run_on_cpu
-from .pointwise_base import WIDE, _separate, check_overlap, dynamic, launch
+from .common import run_on_cpu
+from .pointwise_base import WIDE, _separate, check_overlap, dynamic, launch, target_kwargs
 
 _EXACT = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
 _MASK = 2 ** 64
@@ -90,12 +89,7 @@ def _direct(plan, target: torch.Tensor):
 
 def run(entry, plan, args, kwargs, target):
     """Functional (target None), in-place or out= call of an int64 signature."""
-    given = kwargs
-    if target is not None and target is kwargs.get(entry.out_arg):
-        _maybe_resize_out(target, plan.shape)
-        kwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
-    if target is not None:
-        check_cast(plan.dtype, target)
+    given, kwargs = kwargs, target_kwargs(entry, plan, kwargs, target)
     call = ADAPTERS[entry.name](*args, **kwargs)
     operands = None if call is None else _prepare(plan, call[1])
     if operands is None:

@@ -102,36 +102,27 @@ def join(parts, B: int, n: int) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in parts]).view(B, n)
 
 
-def _rank_int32(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
-    """FP32 ranks of a contiguous int32 [B, n] tensor: exact integer compares on GpSimd."""
+def _compares(op: str, int64: bool):
+    """(below, eq) compares of exact integers: the int32 kernels (GpSimd), or int64 word by word."""
+    if int64:  # the int64 comparison ops of pointwise_int64
+        return (lambda a, b: torch.lt(a, b), lambda a, b: torch.gt(a, b)), torch.eq
+    return ((lambda a, b: ew(op, elementwise.lt, a, b), lambda a, b: ew(op, elementwise.gt, a, b)),
+            lambda a, b: ew(op, elementwise.eq, a, b))
+
+
+def _rank_int(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
+    """FP32 ranks of a contiguous int32 or int64 [B, n] tensor, by exact integer compares."""
     B, n = x.shape
     pos = iota(n, x.device)
-    cmp = elementwise.gt if descending else elementwise.lt
+    (lt, gt), eq = _compares(op, x.dtype == torch.int64)
     parts = []
     for rs, cs in blocks(B, n):
         rows = x[rs]
         k, m = rows.shape[0], cs.stop - cs.start
         xi, xj = contig(rows[:, cs]).view(k, m, 1), rows.view(k, 1, n)
         earlier = ew(op, elementwise.lt, pos.view(1, n), contig(pos[cs]).view(m, 1))
-        tie = ew(op, elementwise.logical_and, ew(op, elementwise.eq, xj, xi), earlier)
-        before = ew(op, elementwise.logical_or, ew(op, cmp, xj, xi), tie)
-        before = run(op, movement.copy, before, dtype=torch.float32)[0]
-        parts.append(run(op, reduce.sum, before, (2,), False)[0])
-    return join(parts, B, n)
-
-
-def _rank_int64(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
-    """FP32 ranks of a contiguous int64 [B, n] tensor: exact 64-bit compares (two 32-bit words each)."""
-    B, n = x.shape
-    pos = iota(n, x.device)
-    parts = []
-    for rs, cs in blocks(B, n):
-        rows = x[rs]
-        k, m = rows.shape[0], cs.stop - cs.start
-        xi, xj = contig(rows[:, cs]).view(k, m, 1), rows.view(k, 1, n)
-        earlier = ew(op, elementwise.lt, pos.view(1, n), contig(pos[cs]).view(m, 1))
-        below = torch.gt(xj, xi) if descending else torch.lt(xj, xi)
-        before = torch.logical_or(below, torch.logical_and(torch.eq(xj, xi), earlier))
+        tie = ew(op, elementwise.logical_and, eq(xj, xi), earlier)
+        before = ew(op, elementwise.logical_or, (gt if descending else lt)(xj, xi), tie)
         before = run(op, movement.copy, before, dtype=torch.float32)[0]
         parts.append(run(op, reduce.sum, before, (2,), False)[0])
     return join(parts, B, n)
@@ -140,7 +131,7 @@ def _rank_int64(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
 def ranks(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
     """int32 [B, n] stable ranks of the rows of a contiguous [B, n] tensor (a RANKABLE dtype)."""
     if x.dtype in (torch.int32, torch.int64):
-        r = (_rank_int32 if x.dtype == torch.int32 else _rank_int64)(op, x, descending)
+        r = _rank_int(op, x, descending)
     else:
         xf = x if x.dtype in FLOATS else run(op, movement.copy, x, dtype=torch.float32)[0]
         r = _rank_float(op, xf, descending)
