@@ -60,6 +60,16 @@ def zoo(session):
                 env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "HF_HUB_OFFLINE": "1"})
 
 
+@nox.session(name="zoo_compile", python=PYTHON)
+def zoo_compile(session):
+    """The model zoo under torch.compile(backend="neuron"): forward and backward of each compiled architecture
+    against the CPU's eager run, one process per architecture (`-- --attn eager` for written-out attention,
+    `-- --jobs N`); writes docs/zoo_compile.md and docs/zoo_compile.json."""
+    install(session, "transformers")
+    session.run("python", "bench/zoo_compile.py", *session.posargs,
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "HF_HUB_OFFLINE": "1"})
+
+
 @nox.session(python=PYTHON)
 def lint(session):
     session.install("-c", "constraints.txt", "ruff")

@@ -52,9 +52,10 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
-def supervise(arch: str, timeout: float, max_gb: float) -> dict:
-    """Run one architecture in a child process; kill it past the time or memory limit and say which."""
-    cmd = [sys.executable, __file__, "--one", arch]
+def supervise(arch: str, timeout: float, max_gb: float, script: str = __file__) -> dict:
+    """Run one architecture in a child process (``script --one arch``, which prints its result as one marked JSON
+    line); kill it past the time or memory limit and say which."""
+    cmd = [sys.executable, script, "--one", arch]
     start = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **ENV})

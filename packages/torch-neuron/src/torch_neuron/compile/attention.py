@@ -48,7 +48,6 @@ def fuse_attention(gm: fx.GraphModule) -> int:
                 _rewrite(gm.graph, node, *match)
                 count += 1
     if count:
-        gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return count
@@ -96,6 +95,10 @@ def _rewrite(graph: fx.Graph, scores, q, kt, v, mask, scale, chain, out) -> None
     out.replace_all_uses_with(sdpa)
     for n in [out, *reversed(chain)]:
         graph.erase_node(n)
+    if k is not kt and not kt.users:
+        # only the replaced nodes and the transpose the kernel does without go: Dynamo's graph holds in-place
+        # method calls whose results nobody reads (``index_add_`` of an MoE), which a dead-code pass would drop
+        graph.erase_node(kt)
 
 
 def _untransposed(graph: fx.Graph, kt: fx.Node) -> fx.Node:

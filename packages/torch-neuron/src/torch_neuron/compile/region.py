@@ -34,7 +34,8 @@ class _Program:
         self.failed: str | None = None
 
     def __call__(self, *xs):
-        if self.failed is None:
+        # an empty tensor has no device memory to point a program at (and no work): its ops run eagerly
+        if self.failed is None and all(x.numel() for x in xs):
             xs = tuple(x if x.is_contiguous() else x.contiguous() for x in xs)
             key = tuple((x.shape, x.dtype) for x in xs)
             launch = self.launches.get(key) or self._prepare(key, xs)
