@@ -143,12 +143,18 @@ def _reason_kind(reason: str) -> str:
     return first.split(" at ")[0][:120]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a zoo run shared by this script and bench/zoo_compile.py: which architectures, how many at
+    once, and each one's limits (see ``supervise``)."""
     parser.add_argument("archs", nargs="*", help="architectures (default: the whole mapping)")
     parser.add_argument("--jobs", type=int, default=1, help="architectures run at once (default 1)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per architecture")
     parser.add_argument("--max-gb", type=float, default=4.0, help="resident memory limit per architecture")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    run_arguments(parser)
     parser.add_argument("--out", default=str(ROOT / "docs" / "zoo.md"), help="the markdown table to write")
     parser.add_argument("--json", default=str(ROOT / "docs" / "zoo.json"), help="the raw results to write")
     parser.add_argument("--update", action="store_true",

@@ -101,10 +101,7 @@ def _write(known: dict, everything: list[str], args) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("archs", nargs="*", help="architectures (default: the whole mapping)")
-    parser.add_argument("--jobs", type=int, default=1, help="architectures run at once (default 1)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per architecture")
-    parser.add_argument("--max-gb", type=float, default=4.0, help="resident memory limit per architecture")
+    zoo.run_arguments(parser)
     parser.add_argument("--out", default=str(zoo.ROOT / "docs" / "zoo_compile.md"), help="the table to write")
     parser.add_argument("--json", default=str(zoo.ROOT / "docs" / "zoo_compile.json"), help="the raw results")
     parser.add_argument("--update", action="store_true", help="merge into the existing JSON")
