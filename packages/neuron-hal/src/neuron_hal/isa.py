@@ -222,6 +222,7 @@ class Instruction:
 
     opcode: ClassVar[str]
     engines: ClassVar[tuple[Engine, ...]]
+    operand_fields: ClassVar[tuple[str, ...]]  # the fields that may hold an AP (AP or Operand, maybe None)
 
     def reads(self) -> tuple[AP, ...]:
         return tuple(
@@ -251,6 +252,7 @@ def _instruction(opcode: str, engines: tuple[Engine, ...]):
     def wrap(cls):
         cls = dataclass(frozen=True)(cls)
         cls.opcode, cls.engines = opcode, engines
+        cls.operand_fields = tuple(f.name for f in fields(cls) if str(f.type).split(" |")[0] in ("AP", "Operand"))
         OPCODES[opcode] = cls
         return cls
 

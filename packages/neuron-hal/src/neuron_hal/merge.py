@@ -70,12 +70,10 @@ def spans(programs: Sequence[Program], bindings: Sequence[Sequence[int]]) -> tup
 def footprint(program: Program, space: Space) -> int:
     """Bytes per partition ``program`` addresses in ``space`` (the end of its highest on-chip access)."""
     end = 0
-    for ins in program.instructions:
-        for f in dataclasses.fields(ins):
-            for ap in _aps(getattr(ins, f.name)):
-                if ap.space is space:
-                    last = sum((size - 1) * stride for size, stride in ap.free) if ap.free else 0
-                    end = max(end, ap.offset + (last + 1) * ap.dtype.itemsize)
+    for ap in {id(ap): ap for ins in program.instructions for ap in _operands(ins)}.values():
+        if ap.space is space:
+            last = sum((size - 1) * stride for size, stride in ap.free) if ap.free else 0
+            end = max(end, ap.offset + (last + 1) * ap.dtype.itemsize)
     return end
 
 
@@ -100,8 +98,13 @@ def merge(programs: Sequence[Program], bindings: Sequence[Sequence[int]], profil
                 span += 1
         shift = {Space.SBUF: sbuf.place(footprint(program, Space.SBUF)),
                  Space.PSUM: psum.place(footprint(program, Space.PSUM))}
-        relocate = functools.partial(_relocate, table=table, shift=shift)
-        instructions.extend(_map_aps(ins, relocate) for ins in program.instructions)
+        # id -> (object, relocated): a program shares AP objects between instructions and repeats instructions
+        moved: dict = {}
+        for ins in program.instructions:
+            hit = moved.get(id(ins))
+            if hit is None:
+                hit = moved[id(ins)] = (ins, _relocated(ins, table, shift, moved))
+            instructions.append(hit[1])
     return Program(name, tuple(args), tuple(instructions)), [int(s) for s in starts]
 
 
@@ -121,35 +124,39 @@ class _Ring:
         return at
 
 
+def _operands(ins):
+    return [ap for name in ins.operand_fields if isinstance(ap := getattr(ins, name), AP)]
+
+
+def _relocated(ins, table: dict, shift: dict, moved: dict):
+    """``ins`` with every AP operand moved (HBM: into its buffer; on chip: by its space's shift)."""
+    changes = {}
+    for name in ins.operand_fields:
+        ap = getattr(ins, name)
+        if isinstance(ap, AP):
+            hit = moved.get(id(ap))
+            if hit is None:
+                hit = moved[id(ap)] = (ap, _relocate(ap, table, shift))
+            if hit[1] is not ap:
+                changes[name] = hit[1]
+    return _copy_with(ins, changes) if changes else ins
+
+
 def _relocate(ap: AP, table: dict, shift: dict) -> AP:
     if ap.space is Space.HBM:
         tensor, byte_offset = table[ap.tensor]
-        return dataclasses.replace(ap, tensor=tensor, offset=ap.offset + byte_offset)
+        return _copy_with(ap, {"tensor": tensor, "offset": ap.offset + byte_offset})
     moved = shift.get(ap.space, 0)
-    return dataclasses.replace(ap, offset=ap.offset + moved) if moved else ap
+    return _copy_with(ap, {"offset": ap.offset + moved}) if moved else ap
 
 
-def _aps(value):
-    if isinstance(value, AP):
-        yield value
-    elif isinstance(value, tuple):
-        for v in value:
-            yield from _aps(v)
+def _copy_with(obj, changes: dict):
+    """``dataclasses.replace(obj, **changes)`` for the ISA's frozen dataclasses, without replace's per-call field
+    introspection (merging relocates every operand of every kernel of a graph)."""
+    cls = type(obj)
+    return cls(*[changes[name] if name in changes else getattr(obj, name) for name in _field_names(cls)])
 
 
-def _map_value(value, fn):
-    if isinstance(value, AP):
-        return fn(value)
-    if isinstance(value, tuple):
-        return tuple(_map_value(v, fn) for v in value)
-    return value
-
-
-def _map_aps(ins, fn):
-    changes = {}
-    for f in dataclasses.fields(ins):
-        old = getattr(ins, f.name)
-        new = _map_value(old, fn)
-        if new is not old:
-            changes[f.name] = new
-    return dataclasses.replace(ins, **changes) if changes else ins
+@functools.cache
+def _field_names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
