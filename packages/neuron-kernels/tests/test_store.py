@@ -1,15 +1,19 @@
 """The on-disk program store: a trace is written once and loaded by later kernels (processes), keyed by
 shapes, dtypes, constants and the tracing code; torn entries are misses; no temporary files remain."""
 
+import importlib
+import json
+
 import pytest
 
 import neuron_kernels as nk
-from neuron_hal import DType
+from neuron_hal import DType, get_profile, validate
 from neuron_kernels import TensorSpec, store
 from neuron_kernels import isa as nisa
 from neuron_kernels import language as nl
 
 F32 = DType.float32
+validate_module = importlib.import_module("neuron_hal.validate")  # the package exports the function
 
 
 def make_kernel():
@@ -60,7 +64,7 @@ def test_the_tracing_code_is_in_the_address(program_store, monkeypatch):
     kernel, spec = make_kernel(), TensorSpec((4, 8), F32)
     key = ("trn2", ("x", spec))
     before = program_store.address(kernel, key)
-    monkeypatch.setattr(store, "_sources_digest", lambda *modules: "edited")
+    monkeypatch.setattr(store, "sources_digest", lambda *modules: "edited")
     assert program_store.address(kernel, key) != before
 
 
@@ -73,6 +77,43 @@ def test_a_torn_entry_is_a_miss_and_is_replaced(program_store):
     assert program_store.misses == 2 and program_store.writes == 2
     make_kernel().trace(spec, profile="trn2")
     assert program_store.hits == 1
+
+
+def test_an_edited_entry_is_a_miss_not_an_unvalidated_program(program_store):
+    """Loaded programs skip validation (they passed when traced), so an entry whose program text changed after it
+    was written (here: an SBUF offset past the partition) must not load."""
+    spec = TensorSpec((4, 8), F32)
+    make_kernel().trace(spec, profile="trn2")
+    (entry,) = program_store.root.iterdir()
+    edited = json.loads(entry.read_text())
+    assert '"offset": 0' not in edited["program"] and ',0,0,-1]' in edited["program"]
+    edited["program"] = edited["program"].replace(",0,0,-1]", ",999999,0,-1]", 1)
+    entry.write_text(json.dumps(edited))
+    program = make_kernel().trace(spec, profile="trn2")
+    assert program_store.misses == 2 and program_store.hits == 0
+    validate(program, get_profile("trn2"))
+
+
+def test_a_loaded_program_is_known_to_pass_validation(program_store, monkeypatch):
+    spec = TensorSpec((4, 8), F32)
+    make_kernel().trace(spec, profile="trn2")
+    checked = []
+    monkeypatch.setattr(validate_module, "_check", lambda *a: checked.append(a))
+    monkeypatch.setattr(validate_module, "_PASSED", {})
+    loaded = make_kernel().trace(spec, profile="trn2")
+    assert program_store.hits == 1
+    validate(loaded, get_profile("trn2"))
+    assert not checked  # a driver's load of it checks nothing again
+    validate(loaded, get_profile("trn3"))
+    assert checked  # another profile is checked
+
+
+def test_a_replaced_profile_of_the_same_name_has_its_own_programs(program_store):
+    spec = TensorSpec((4, 8), F32)
+    trn2 = get_profile("trn2")
+    make_kernel().trace(spec, profile=trn2)
+    make_kernel().trace(spec, profile=trn2.replace(sbuf_partition_bytes=trn2.sbuf_partition_bytes // 2))
+    assert program_store.hits == 0 and program_store.misses == 2
 
 
 def test_an_unwritable_store_only_costs_a_retrace(tmp_path):

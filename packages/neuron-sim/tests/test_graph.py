@@ -125,3 +125,28 @@ def test_buffers_group_overlapping_ranges_in_first_use_order(ranges):
                 assert which[i] == which[j]
     assert list(dict.fromkeys(which.tolist())) == list(range(starts.size))  # numbered by first use
     assert np.all(starts[1:] != starts[:-1]) and (np.sort(ends)[:-1] <= np.sort(starts)[1:]).all()
+
+
+def test_a_graph_schedule_is_addressed_by_its_kernels_and_buffer_sharing(tmp_path, monkeypatch):
+    """The key a driver gives a merged program: the same graph recorded by another driver (process) at other
+    addresses finds the stored schedule; the same kernels sharing buffers differently do not."""
+    from neuron_hal import cache
+
+    monkeypatch.setattr(cache, "_root", tmp_path)
+
+    def run_graph(chained: bool, pad: int):
+        drv = SimDriver(TRN2)
+        drv.alloc(0, pad)  # the graph's tensors at other addresses than in the other drivers
+        exp, sq = drv.load(0, unary("exp", Act.exp)), drv.load(0, unary("square", Act.square, offset=1024))
+        a, b, c = tensors(drv, 3)
+        drv.begin_graph(0, 0)
+        drv.execute(0, exp, [a, b])
+        drv.execute(0, sq, [b if chained else a, c])
+        return drv.end_graph(0, 0).device_ns
+
+    entries = lambda: sorted(p.name for p in (tmp_path / "schedules").iterdir())  # noqa: E731
+    first = run_graph(True, 4096)
+    assert len(entries()) == 1
+    assert run_graph(True, 3 * 4096) == first and len(entries()) == 1
+    run_graph(False, 4096)
+    assert len(entries()) == 2

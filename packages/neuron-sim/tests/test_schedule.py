@@ -97,14 +97,19 @@ def test_the_kept_schedule_is_never_slower(steps):
     assert sorted(map(id, kept.instructions)) == sorted(map(id, program.instructions))
 
 
-def test_independent_work_is_not_held_behind_a_waiting_instruction():
-    """A vector copy waiting for a slow load no longer holds back independent vector work queued after it."""
+def _blocked_program():
     big = 2048
     body = [isa.DmaCopy(AP.sbuf("float32", P, (big,)), AP.hbm(0, "float32", (P, big))),
             isa.TensorCopy(AP.sbuf("float32", P, (big,), offset=8 * big), AP.sbuf("float32", P, (big,)))]
     body += [isa.TensorCopy(AP.sbuf("float32", P, (big,), offset=(16 + 4 * i) * big),
                             AP.sbuf("float32", P, (big,), offset=(18 + 4 * i) * big)) for i in range(6)]
-    program = Program("blocked", [TensorArg("x", (P, big), "float32")], body)
+    return Program("blocked", [TensorArg("x", (P, big), "float32")], body)
+
+
+def test_independent_work_is_not_held_behind_a_waiting_instruction():
+    """A vector copy waiting for a slow load no longer holds back independent vector work queued after it."""
+    program = _blocked_program()
+    body = program.instructions
     kept, plan = schedule(program, TRN2)
     before = run_timing(prepare_timing(program, TRN2)).end_ns
     assert run_timing(plan).end_ns < 0.8 * before
@@ -118,3 +123,33 @@ def test_programs_beyond_the_exact_pass_limit_keep_their_order(monkeypatch):
     monkeypatch.setattr(sched, "EXACT_STATE_MAX", len(program.instructions) * len(program.args) - 1)
     kept, plan = schedule(program, TRN2)
     assert kept is program and plan.exact is None
+
+
+def test_a_stored_schedule_is_reused_by_content_address(tmp_path, monkeypatch):
+    """Another process scheduling the same merged program (same key) loads the chosen order instead of searching;
+    a torn or foreign entry is searched again and replaced; without a cache directory nothing is written."""
+    import neuron_sim.schedule as sched
+    from neuron_hal import cache
+
+    program = _blocked_program()
+    monkeypatch.setattr(cache, "_root", None)
+    schedule(program, TRN2, "k")
+    assert not any(tmp_path.iterdir())
+    monkeypatch.setattr(cache, "_root", tmp_path)
+    searched, plan = schedule(program, TRN2, "k")
+    (entry,) = (tmp_path / "schedules").iterdir()
+    assert searched.instructions != program.instructions  # the search moved the waiting copy: a real order stored
+
+    monkeypatch.setattr(sched, "candidate_orders", lambda *a: (_ for _ in ()).throw(AssertionError("searched")))
+    loaded, loaded_plan = schedule(program, TRN2, "k")
+    assert loaded.instructions == searched.instructions
+    assert run_timing(loaded_plan).end_ns == run_timing(plan).end_ns
+    with np.testing.assert_raises(AssertionError):
+        schedule(program, TRN2, "another key")
+
+    monkeypatch.undo()
+    monkeypatch.setattr(cache, "_root", tmp_path)
+    for torn in (entry.read_bytes()[:20], b"", np.save.__doc__.encode()[:64]):
+        entry.write_bytes(torn)
+        assert schedule(program, TRN2, "k")[0].instructions == searched.instructions
+        assert np.array_equal(np.sort(np.load(entry)), np.arange(len(program.instructions)))

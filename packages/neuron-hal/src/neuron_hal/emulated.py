@@ -9,6 +9,7 @@ plus one alignment unit, so 0 is never valid.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import mmap
 import os
 import threading
@@ -273,15 +274,18 @@ class EmulatedDriver(Driver):
             # valid by construction: its programs were validated at load, and merging keeps every access inside
             # its buffer and every on-chip footprint inside SBUF/PSUM (64-byte / bank aligned shifts). Not kept
             # in the digest-keyed load cache: there is one per graph and buffer layout.
-            hit = self._load_merged(program)
+            content = (self.profile.fingerprint, [p.digest for p in programs], *key[1:])
+            hit = self._load_merged(program, hashlib.sha256(repr(content).encode()).hexdigest())
         self._merged_cache[key] = hit  # most recent last: the oldest goes first
         while len(self._merged_cache) > GRAPH_CACHE_ENTRIES:
             del self._merged_cache[next(iter(self._merged_cache))]
         return hit, [int(s) for s in starts]
 
-    def _load_merged(self, program: Program) -> Loaded:
+    def _load_merged(self, program: Program, key: str) -> Loaded:
         """A merged program ready to time; drivers with a cost model may reorder its instructions first (their
-        scheduler must keep every dependency: the values still come from the launches one by one)."""
+        scheduler must keep every dependency: the values still come from the launches one by one). ``key``
+        addresses the program by content (its kernels' digests and how their tensors share buffers), cheaply:
+        for what a driver keeps about it across processes (``neuron_hal.cache``)."""
         return Loaded(program, self._prepare(program))
 
     def _bind(self, device: int, program: Program, args: Sequence[int]) -> tuple[list[int], list[int]]:

@@ -8,6 +8,8 @@ AWS pages disagree on (the alternative is named). ``profile.source(name)`` retur
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -148,6 +150,12 @@ class Profile:
 
     def replace(self, **changes) -> Profile:
         return dataclasses.replace(self, **changes)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 of every parameter's value: tells apart profiles that share a name (``replace`` keeps it)."""
+        values = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        return hashlib.sha256(repr(values).encode()).hexdigest()
 
     def describe(self) -> list[tuple[str, object, str]]:
         """(name, value, source) for every parameter."""

@@ -6,9 +6,7 @@ listing), the rule and the values, so a kernel author sees exactly what to chang
 
 from __future__ import annotations
 
-import functools
 import math
-from dataclasses import fields
 
 from . import isa
 from .dtypes import ENGINE_DTYPES, MATMUL_DTYPES, DType
@@ -16,15 +14,33 @@ from .errors import ProgramError
 from .isa import AP, Engine, Space
 from .profiles import Profile
 
+# (program digest, profile) pairs known to pass (the rules are a function of the two alone), so a program the
+# tracer validated is not checked again when a driver loads it. Bounded: oldest first out.
+_PASSED: dict = {}
+PASSED_MAX = 1 << 16
+
 
 def validate(program, profile: Profile) -> None:
     """Raise ProgramError for the first instruction that breaks a rule."""
+    key = (program.digest, profile)
+    if key in _PASSED:
+        return
     seen: set = set()  # operands already checked for an engine: programs reuse tiles heavily
     for index, ins in enumerate(program.instructions):
         try:
             _check(ins, program, profile, seen)
         except _Broken as b:
             raise ProgramError(program.name, index, str(ins), b.rule, b.detail) from None
+    passed(program, profile)
+
+
+def passed(program, profile: Profile) -> None:
+    """Record that ``program`` passes every rule for ``profile``, so ``validate`` does not check it again. For
+    callers that know it without checking: a store holding only programs that passed under this neuron_hal and
+    profile, whose entry's content digest matches."""
+    _PASSED[(program.digest, profile)] = None
+    while len(_PASSED) > PASSED_MAX:
+        del _PASSED[next(iter(_PASSED))]
 
 
 class _Broken(Exception):
@@ -38,13 +54,8 @@ def _require(ok: bool, rule: str, detail) -> None:
         raise _Broken(rule, detail() if callable(detail) else detail)
 
 
-@functools.cache
-def _ap_fields(cls) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls) if f.type in ("AP", "AP | None", "Operand", "Operand | None"))
-
-
 def _operands(ins) -> list[tuple[str, AP]]:
-    return [(n, v) for n in _ap_fields(type(ins)) if isinstance(v := getattr(ins, n), AP)]
+    return [(n, v) for n in ins.operand_fields if isinstance(v := getattr(ins, n), AP)]
 
 
 def _check(ins: isa.Instruction, program, profile: Profile, seen: set) -> None:

@@ -23,8 +23,9 @@ import pathlib
 import sys
 import time
 
+from neuron_hal.cache import write_atomic
+
 from .errors import KernelError
-from .store import write_atomic
 
 
 def cache_dir() -> pathlib.Path:

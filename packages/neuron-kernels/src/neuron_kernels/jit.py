@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuron_hal import DType, ExecutionReport, Profile, Program, ProgramError, get_driver, get_profile
+from neuron_hal.validate import passed
 
 from .errors import KernelError
 from .store import default_store
@@ -104,7 +105,7 @@ class Kernel:
         for name, v in bound.arguments.items():
             # constants by repr: 2, 2.0 and True (and 0.0, -0.0) compare equal but trace different programs
             parts.append((name, TensorSpec.of(v)) if _is_tensor(v) else (name, "const", repr(_freeze(v))))
-        return (profile.name, tuple(parts))
+        return (profile.name, profile.fingerprint, tuple(parts))  # a replaced profile keeps its name, not its programs
 
     def trace(self, *args, profile: Profile | str | None = None, **kwargs) -> Program:
         """The Program for these argument shapes/dtypes (arrays or TensorSpecs) and constants; cached."""
@@ -115,7 +116,9 @@ class Kernel:
         if program is None:
             store = self.store if self.store is not None else default_store()
             program = store.load(self, key) if store is not None else None
-            if program is None:
+            if program is not None:
+                passed(program, prof)  # validated when traced (the store's address covers neuron_hal and profile)
+            else:
                 program = self._trace(bound, prof)
                 if store is not None:
                     store.save(self, key, program)

@@ -8,48 +8,21 @@ neuron_kernels and the package defining the kernel), so editing a kernel or upgr
 reads a stale program. Entries are written whole
 to a temporary name and renamed into place: concurrent writers never tear an entry, readers never see a
 partial one, and an unreadable entry is a miss that the next write replaces. A program is kept as its canonical
-JSON (``Program.canonical``), so a load takes its digest from the text read instead of encoding it again.
+JSON (``Program.canonical``), so a load takes its digest from the text read instead of encoding it again; an
+entry whose text does not hash to the digest written with it is a miss. Only programs that passed validation
+are written (the tracer validates each), so a loaded program is known to pass for the profile of its address.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import json
 import os
 import pathlib
 import sys
-import tempfile
 
+from neuron_hal.cache import sources_digest, write_atomic
 from neuron_hal.program import Program
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-@functools.cache
-def _sources_digest(*modules: str) -> str:
-    """SHA-256 over the source files of the given packages/modules (sorted by path)."""
-    h = hashlib.sha256()
-    for name in modules:
-        module = sys.modules.get(name) or __import__(name)
-        root = pathlib.Path(inspect.getfile(module))
-        files = sorted(root.parent.rglob("*.py")) if root.name == "__init__.py" else [root]
-        for f in files:
-            h.update(str(f.relative_to(root.parent)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def _code_digest(module: str) -> str | None:
@@ -57,7 +30,7 @@ def _code_digest(module: str) -> str | None:
     when that package is a namespace package); None when there is no source file to read."""
     for name in (module.split(".")[0], module):
         if getattr(sys.modules.get(name), "__file__", None):
-            return _sources_digest("neuron_hal", "neuron_kernels", name)
+            return sources_digest("neuron_hal", "neuron_kernels", name)
     return None
 
 
@@ -93,6 +66,8 @@ class ProgramStore:
             if entry["address"] != address:
                 raise ValueError("address mismatch")
             program = Program.from_canonical(entry["program"], entry["meta"])
+            if program.digest != entry["digest"]:  # the text is what was written (validated when traced)
+                raise ValueError("digest mismatch")
         except (OSError, ValueError, KeyError, TypeError):  # absent, torn by a crash, or another format
             self.misses += 1
             return None
@@ -105,7 +80,7 @@ class ProgramStore:
             return
         try:
             text = json.dumps({"address": address, "kernel": kernel.name, "program": program.canonical(),
-                               "meta": program.meta})
+                               "digest": program.digest, "meta": program.meta})
             write_atomic(self._path(kernel, address), text)
         except (OSError, TypeError):  # a read-only or full cache directory costs a retrace, nothing else
             return

@@ -37,8 +37,8 @@ class SimDriver(EmulatedDriver):
     def _prepare(self, program):
         return prepare_timing(program, self.profile)
 
-    def _load_merged(self, program):
-        return Loaded(*schedule(program, self.profile))  # a compiled graph's instructions, scheduled as a whole
+    def _load_merged(self, program, key):
+        return Loaded(*schedule(program, self.profile, key))  # a compiled graph's instructions, scheduled as a whole
 
     def estimate(self, device, loaded):
         self._device(device)

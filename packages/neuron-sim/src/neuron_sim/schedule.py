@@ -12,11 +12,13 @@ the timing model picks the fastest, the launch order included (never worse than 
 
 from __future__ import annotations
 
-import heapq
+import hashlib
+import io
 
 import numba
 import numpy as np
 
+from neuron_hal.cache import cache_dir, sources_digest, write_atomic
 from neuron_hal.profiles import Profile
 from neuron_hal.program import Program
 
@@ -28,21 +30,68 @@ from .timing import TimingPlan, _successors, prepare_timing, run_timing
 EXACT_STATE_MAX = 1 << 23
 
 
-def schedule(program: Program, profile: Profile) -> tuple[Program, TimingPlan]:
-    """The fastest of ``program`` and its list-scheduled reorderings, with its timing plan."""
+def schedule(program: Program, profile: Profile, key: str | None = None) -> tuple[Program, TimingPlan]:
+    """The fastest of ``program`` and its list-scheduled reorderings, with its timing plan. ``key``: the program's
+    content address; the chosen order is kept under it in the cache directory (``neuron_hal.cache``), so another
+    process loading the same graph skips the search."""
+    path = _stored(key, profile)
+    order = _load_order(path, len(program.instructions))
+    if order is not None:
+        program = program if _is_identity(order) else reordered(program, order)
+        return program, prepare_timing(program, profile)
     if len(program.instructions) * max(len(program.args), 1) > EXACT_STATE_MAX:
         return program, prepare_timing(program, profile)
     plan = prepare_timing(program, profile, exact=True)
-    best = (run_timing(plan).end_ns, program, plan)
+    best = (run_timing(plan).end_ns, program, plan, np.arange(plan.n))
     for order in candidate_orders(plan, profile):
-        if np.array_equal(order, np.arange(plan.n)):
+        if _is_identity(order):
             continue
         candidate = reordered(program, order)
         candidate_plan = prepare_timing(candidate, profile)
         ns = run_timing(candidate_plan).end_ns
         if ns < best[0]:
-            best = (ns, candidate, candidate_plan)
+            best = (ns, candidate, candidate_plan, order)
+    if path is not None:
+        _save_order(path, best[3])
     return best[1], best[2]
+
+
+def _is_identity(order: np.ndarray) -> bool:
+    return bool(np.array_equal(order, np.arange(order.size)))
+
+
+def _stored(key: str | None, profile: Profile):
+    """Where the order of the program with content address ``key`` is kept (the scheduler's and the timing
+    model's sources are part of the address: the choice depends on them), or None without a cache directory."""
+    root = cache_dir()
+    if key is None or root is None:
+        return None
+    code = sources_digest("neuron_hal", "neuron_sim")
+    name = hashlib.sha256(repr((key, profile.fingerprint, code)).encode()).hexdigest()[:40]
+    return root / "schedules" / f"{name}.npy"
+
+
+def _load_order(path, n: int) -> np.ndarray | None:
+    """A stored order, if there is one and it is a permutation of the program's ``n`` instructions (a torn or
+    foreign file is a miss: it is computed and written again)."""
+    if path is None:
+        return None
+    try:
+        order = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    if order.shape != (n,) or order.dtype.kind != "i" or not np.array_equal(np.sort(order), np.arange(n)):
+        return None
+    return order.astype(np.int64)
+
+
+def _save_order(path, order: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(order, np.int32), allow_pickle=False)
+    try:
+        write_atomic(path, buf.getvalue())
+    except OSError:  # a read-only or full cache directory costs the search again, nothing else
+        pass
 
 
 def candidate_orders(plan: TimingPlan, profile: Profile) -> list[np.ndarray]:
@@ -83,19 +132,67 @@ def _bottom_level(latency, succ_ptr, succ_idx):
 
 
 def _by_priority(plan: TimingPlan, priority, succ_ptr, succ_idx) -> np.ndarray:
-    """Topological order taking the ready instruction with the longest path to the end first."""
-    waiting = np.diff(plan.exact[0]).astype(np.int64)
-    ready = [(-priority[i], i) for i in np.flatnonzero(waiting == 0).tolist()]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, i = heapq.heappop(ready)
-        order.append(i)
-        for k in succ_idx[succ_ptr[i]:succ_ptr[i + 1]].tolist():
-            waiting[k] -= 1
-            if waiting[k] == 0:
-                heapq.heappush(ready, (-priority[k], k))
-    return np.array(order, np.int64)
+    """Topological order taking the ready instruction with the longest path to the end first (ties: program
+    order)."""
+    return _priority_order(np.diff(plan.exact[0]).astype(np.int64), priority, succ_ptr, succ_idx)
+
+
+@numba.njit(cache=True)
+def _priority_order(waiting, priority, succ_ptr, succ_idx):
+    n = waiting.size
+    heap = np.empty(n, np.int64)  # binary max-heap of ready instructions by (priority, -index)
+    size = 0
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        if waiting[i] == 0:
+            heap[size] = i
+            size = _sift_up(heap, size, priority)
+    for step in range(n):
+        i = heap[0]
+        order[step] = i
+        size -= 1
+        heap[0] = heap[size]
+        _sift_down(heap, size, priority)
+        for k in range(succ_ptr[i], succ_ptr[i + 1]):
+            j = succ_idx[k]
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heap[size] = j
+                size = _sift_up(heap, size, priority)
+    return order
+
+
+@numba.njit(cache=True, inline="always")
+def _before(a, b, priority):
+    return priority[a] > priority[b] or (priority[a] == priority[b] and a < b)
+
+
+@numba.njit(cache=True)
+def _sift_up(heap, last, priority):
+    """Restore the heap after heap[last] was added; returns the new size."""
+    c = last
+    while c > 0:
+        parent = (c - 1) // 2
+        if not _before(heap[c], heap[parent], priority):
+            break
+        heap[c], heap[parent] = heap[parent], heap[c]
+        c = parent
+    return last + 1
+
+
+@numba.njit(cache=True)
+def _sift_down(heap, size, priority):
+    c = 0
+    while True:
+        best, left = c, 2 * c + 1
+        if left < size and _before(heap[left], heap[best], priority):
+            best = left
+        if left + 1 < size and _before(heap[left + 1], heap[best], priority):
+            best = left + 1
+        if best == c:
+            return
+        heap[c], heap[best] = heap[best], heap[c]
+        c = best
 
 
 def _with_resources(plan: TimingPlan, priority, latency, occupancy, succ_ptr, succ_idx) -> np.ndarray:

@@ -6,7 +6,8 @@ instead of 116 ms), which is most of a warm ``torch.compile``.
 The directory is ``$TORCH_NEURON_COMPILE_CACHE``, else ``~/.cache/torch-neuron/programs``; ``0`` or ``off``
 keeps traces in the process. Hits, misses and writes are counted in ``torch.neuron.metrics()["compile"]``.
 Compiled graphs are kept under its ``graphs`` directory (``compile.aot_cache``), so a warm process skips
-AOTAutograd too.
+AOTAutograd too; the driver keeps what it derives from a graph's merged program there (``neuron_hal.cache``: the
+sim's instruction schedule, under ``schedules``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+from neuron_hal.cache import set_cache_dir as set_driver_cache_dir
 from neuron_kernels.store import ProgramStore, default_store, set_default_store
 
 from .metrics import record_compile
@@ -42,8 +44,9 @@ class CountedStore(ProgramStore):
 
 
 def enable() -> None:
-    """Point every kernel at the cache directory the environment names now (done at import)."""
+    """Point every kernel, and the driver, at the cache directory the environment names now (done at import)."""
     root = cache_dir()
+    set_driver_cache_dir(root)
     current = default_store()
     if root is None:
         set_default_store(None)

@@ -31,7 +31,7 @@ import torch
 from torch._dynamo.utils import counters
 from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
 
-from neuron_kernels.store import _sources_digest
+from neuron_hal.cache import sources_digest
 
 from .. import program_cache
 from ..metrics import record_compile
@@ -54,7 +54,7 @@ def _our_key(profile: str) -> str:
     from .. import _C
 
     core = pathlib.Path(_C.__file__).parent.name  # the build directory: torch version + source digest
-    code = _sources_digest("neuron_hal", "neuron_kernels", "torch_neuron")  # the program store computes it too
+    code = sources_digest("neuron_hal", "neuron_kernels", "torch_neuron")  # the program store computes it too
     return hashlib.sha256(repr((profile, core, code, torch.__version__)).encode()).hexdigest()[:32]
 
 
@@ -65,7 +65,7 @@ def directory() -> pathlib.Path | None:
         return None
     from ..runtime import runtime
 
-    return root / "graphs" / _our_key(runtime().profile.name)
+    return root / "graphs" / _our_key(runtime().profile.fingerprint)
 
 
 def _constants_key(gm: torch.fx.GraphModule) -> str | None:
