@@ -124,7 +124,7 @@ def _check_on_chip(where: _Where, ap: AP, ins, profile: Profile, is_dma: bool) -
         lambda: f"{where}: partitions [{ap.start_partition}, {ap.end_partition}) outside 0..{profile.sbuf_partitions}",
     )
     if not is_dma:
-        allowed = _allowed_starts(ap.partitions)
+        allowed = allowed_starts(ap.partitions)
         _require(
             ap.start_partition in allowed,
             "start partition",
@@ -191,8 +191,9 @@ class _Where:
         return f"operand {self.name} ({self.ap})"
 
 
-def _allowed_starts(partitions: int) -> tuple[int, ...]:
-    # >64 partitions start at 0; 33..64 at 0 or 64; <=32 at any quadrant (reference §2.2).
+def allowed_starts(partitions: int) -> tuple[int, ...]:
+    """Partitions an on-chip compute operand of ``partitions`` partitions may start at: >64 at 0; 33..64 at 0 or
+    64; <=32 at any quadrant (reference §2.2). Kernels packing several small operands into one tile ask it."""
     if partitions > 64:
         return (0,)
     if partitions > 32:

@@ -7,7 +7,9 @@ k, v, head dim <= 128 shared by q, k and v, equal batch and head counts, no drop
 for the mask, lengths the kernels hold in SBUF) and aten then calls
 ``_scaled_dot_product_fused_attention_overrideable`` (flash_attention_fwd: output and logsumexp) and, in
 backward, ``..._overrideable_backward`` (flash_attention_bwd: dq, dk, dv). Otherwise it answers ``math``:
-aten's own decomposition (bmm, softmax, ...) on the other native ops.
+aten's own decomposition (bmm, softmax, ...) on the other native ops. Queries and keys that each fit one tile
+(pmax rows) take the short-sequence kernels instead (attention_short: same contract, every head of a batch
+element per DMA), as the flash kernels are bound by their per-head DMAs there.
 
 Layouts: q, k, v (and in the backward grad_out and out) whose rows are contiguous are read in place, in any
 batch/head strides (heads viewed out of a [B, S, H * D] projection, heads broadcast by stride 0): the kernels take
@@ -32,7 +34,9 @@ from __future__ import annotations
 import torch
 
 from neuron_kernels.library import attention as kattn
+from neuron_kernels.library import attention_short as kshort
 
+from ..runtime import runtime
 from .checks import meta_result, same_device
 from .common import contig
 from .copy import storage_span
@@ -119,6 +123,16 @@ def _kernel_mask(mask, q, skv, scale=None):
     return contig(full).reshape(-1, sq, skv)
 
 
+def _kernels(sq: int, skv: int):
+    """(forward, backward) kernels for these lengths: the short-sequence ones when queries and keys each fit one
+    tile (they move every head of a batch element per DMA; the flash kernels issue several DMAs per head, which
+    bounds them at short lengths), else flash."""
+    pmax = runtime().profile.pmax
+    if sq <= pmax and skv <= pmax:
+        return kshort.short_attention_fwd, kshort.short_attention_bwd
+    return kattn.flash_attention_fwd, kattn.flash_attention_bwd
+
+
 def _empty(device, dtype=torch.int64):
     return torch.empty(0, dtype=dtype, device=device)
 
@@ -136,7 +150,7 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
     layouts, into = [], {}
     qkv = [_heads(t, name, layouts) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
     result = _written_in_place(q.shape, meta[0].stride(), q, "out", layouts, into)
-    outs = run("scaled_dot_product_attention", kattn.flash_attention_fwd, *qkv, scale=scale,
+    outs = run("scaled_dot_product_attention", _kernels(sq, skv)[0], *qkv, scale=scale,
                causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into)
     out, lse = (result, outs[0]) if into else (outs[0].view(q.shape), outs[1])
     lse = lse.view(q.shape[:-1])
@@ -164,7 +178,7 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     # or unbound from a fused qkv projection: its backward concatenates or stacks them, fastest from contiguous)
     grads = [_written_in_place(t.shape, t.stride(), t, name, layouts, into) if is_non_overlapping_and_dense(t) else None
              for t, name in ((q, "dq"), (k, "dk"), (v, "dv"))]
-    made = iter(run("scaled_dot_product_attention_backward", kattn.flash_attention_bwd, *tensors,
+    made = iter(run("scaled_dot_product_attention_backward", _kernels(q.shape[-2], skv)[1], *tensors,
                     contig(logsumexp).reshape(-1, q.shape[-2]), scale=scale, causal=bool(is_causal),
                     mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into))
     dq, dk, dv = (g if name in into else next(made).view(t.shape)
