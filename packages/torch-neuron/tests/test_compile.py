@@ -434,6 +434,54 @@ def test_casts_fuse_and_device_transfers_do_not():
         torch.testing.assert_close(g.cpu(), e, **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_autocast_casts_around_a_linear_layer_are_written_by_its_kernels(bias):
+    """The norm's float32 output cast to bfloat16 and the bfloat16 gradients cast back to float32 are written by the
+    norm and matmul kernels (casts folded): bit-identical to eager, forward and backward."""
+    torch.manual_seed(0)
+    norm, proj = nn.LayerNorm(64).to(DEV), nn.Linear(64, 48, bias=bias).to(DEV)
+
+    def f(x):
+        with torch.autocast(DEV, dtype=torch.bfloat16):
+            return proj(norm(x)).float().square().mean()
+
+    x = torch.randn(4, 16, 64)
+    results = []
+    for run in (f, torch.compile(f, backend="neuron")):
+        xd = x.to(DEV).requires_grad_()
+        loss = run(xd)
+        loss.backward()
+        results.append([loss, xd.grad, *(p.grad for p in (*norm.parameters(), *proj.parameters()))])
+        for p in (*norm.parameters(), *proj.parameters()):
+            p.grad = None
+    for e, c in zip(*results):
+        assert c.dtype == e.dtype
+        torch.testing.assert_close(c.cpu(), e.cpu(), rtol=0, atol=0)
+    # forward: the norm's output to bfloat16, the projection's to float32; backward: input and weight gradients
+    assert compile_counts()["casts_folded"] == 4
+
+
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16),
+                                    (torch.float16, torch.float32)])
+@pytest.mark.parametrize("shape", [(5, 7, 3), (0, 4, 3), (4, 0, 3), (6, 5, 0)])
+def test_matmul_and_norm_with_a_cast_equal_the_op_then_the_cast(dtypes, shape):
+    from torch_neuron.ops import linalg, normalization
+
+    src, dst = dtypes
+    m, k, n = shape
+    a, b, bias = torch.randn(m, k, dtype=src), torch.randn(k, n, dtype=src), torch.randn(n, dtype=src)
+    dev = [t.to(DEV) for t in (a, b, bias)]
+    expect = [torch.mm(*dev[:2]).to(dst), torch.addmm(dev[2], *dev[:2], beta=0.5, alpha=2).to(dst)]
+    got = [linalg.mm_to(*dev[:2], dst), linalg.addmm_to(dev[2], *dev[:2], dst, beta=0.5, alpha=2)]
+    x = torch.randn(m, k + 1, dtype=src).to(DEV)
+    w, nb = torch.randn(k + 1, dtype=src).to(DEV), torch.randn(k + 1, dtype=src).to(DEV)
+    expect.append(torch.native_layer_norm(x, [k + 1], w, nb, 1e-5)[0].to(dst))
+    got.append(normalization.layer_norm(x, [k + 1], w, nb, 1e-5, out_dtype=dst)[0])
+    for g, e in zip(got, expect):
+        assert g.dtype == dst
+        torch.testing.assert_close(g.cpu(), e.cpu(), rtol=0, atol=0)
+
+
 def test_same_formula_on_several_graph_inputs_is_one_program():
     """autocast casts every weight at the top of a forward: one program for all of them."""
     def f(a, b, c):

@@ -444,6 +444,17 @@ class _Epilogue:
     beta: float = 1.0
     bias: View | None = None  # HBM view broadcastable to the core output [F1, F2]: (1|F1, 1|F2)
     cache: dict = field(default_factory=dict)
+    rounding: DType | None = None  # results round to this dtype before the store converts them to the output's
+
+
+def _output(kname: str, shape, dt: DType, out_dtype) -> tuple[View, DType | None]:
+    """The HBM output of a product of dtype ``dt`` and the dtype its tiles round to before the store: an
+    ``out_dtype`` other than ``dt`` gets the product rounded to ``dt`` and converted by the store DMA, exactly
+    the product followed by a cast (a compiled graph's cast after a matmul, without its own kernel)."""
+    odt = dt if out_dtype is None else DType.of(out_dtype)
+    if not odt.is_float:
+        raise KernelError(f"{kname}: out_dtype must be a float dtype, got {odt}")
+    return nl.ndarray(shape, odt, buffer=nl.hbm, name="out"), (dt if odt != dt else None)
 
 
 # ---- the GEMM core -------------------------------------------------------------------------------
@@ -695,8 +706,7 @@ class _Gemm(_IO):
         c1, w1, c2, w2 = t
         r0, s0 = blk["r1"][0] + c1, blk["r2"][0] + c2
         epi = self.epi
-        odt = self.out.dtype
-        stage = nl.ndarray((w1, w2), odt, name="stage")
+        stage = nl.ndarray((w1, w2), epi.rounding or self.out.dtype, name="stage")
         bias = self._bias(r0, w1, s0, w2) if epi.bias is not None and epi.beta != 0 else None
         if bias is None:
             if epi.alpha == 1.0:
@@ -782,7 +792,8 @@ def _gemm2d(kname, a: View, b: View, out: View, ta: bool, tb: bool, epi: _Epilog
         if epi.bias is not None:
             r, c = epi.bias.shape
             epi = _Epilogue(epi.alpha, epi.beta, _view(epi.bias, epi.bias.offset, ((c, 0 if c == 1 else 1),
-                                                                                 (r, 0 if r == 1 else 1))))
+                                                                                 (r, 0 if r == 1 else 1))),
+                            rounding=epi.rounding)
     prof = nl.profile()
     col_bias = epi.bias is not None and epi.beta != 0 and epi.bias.shape[1] == 1
     if transpose not in ("auto", *TUNABLES["transpose"]):
@@ -923,12 +934,14 @@ def _bias2d(kname, bias: View, M: int, N: int) -> View:
 
 @kernel(tunables=TUNABLES, version=2)
 def matmul(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0,
-           transpose="auto"):
-    """C = op(a) @ op(b); op(a) = a.T when ``transpose_a`` (a given [K, M]), op(b) = b.T when ``transpose_b``."""
+           transpose="auto", out_dtype=None):
+    """C = op(a) @ op(b); op(a) = a.T when ``transpose_a`` (a given [K, M]), op(b) = b.T when ``transpose_b``.
+    ``out_dtype``: C rounded to the operands' dtype, then converted to this one (see _output)."""
     dt = _check_dtypes("matmul", a, b)
     m, _, n = _mk("matmul", a, b, transpose_a, transpose_b)
-    out = nl.ndarray((m, n), dt, buffer=nl.hbm, name="out")
-    _gemm2d("matmul", a, b, out, transpose_a, transpose_b, _Epilogue(), order, block, tile_n, group, bufs, transpose)
+    out, rounding = _output("matmul", (m, n), dt, out_dtype)
+    _gemm2d("matmul", a, b, out, transpose_a, transpose_b, _Epilogue(rounding=rounding), order, block, tile_n,
+            group, bufs, transpose)
     return out
 
 
@@ -949,12 +962,13 @@ def bmm(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_
 
 @kernel(tunables=TUNABLES, version=2)
 def addmm(bias, a, b, alpha=1.0, beta=1.0, transpose_a=False, transpose_b=False, order="auto", block=0,
-          tile_n=512, group=0, bufs=0, transpose="auto"):
-    """beta * bias + alpha * (op(a) @ op(b)); bias broadcasts to [M, N] ([N], [1, N], [M, 1], [M, N], [])."""
+          tile_n=512, group=0, bufs=0, transpose="auto", out_dtype=None):
+    """beta * bias + alpha * (op(a) @ op(b)); bias broadcasts to [M, N] ([N], [1, N], [M, 1], [M, N], []).
+    ``out_dtype``: the result rounded to the operands' dtype, then converted to this one (see _output)."""
     dt = _check_dtypes("addmm", a, b)
     m, _, n = _mk("addmm", a, b, transpose_a, transpose_b)
-    out = nl.ndarray((m, n), dt, buffer=nl.hbm, name="out")
-    epi = _Epilogue(float(alpha), float(beta), _bias2d("addmm", bias, m, n))
+    out, rounding = _output("addmm", (m, n), dt, out_dtype)
+    epi = _Epilogue(float(alpha), float(beta), _bias2d("addmm", bias, m, n), rounding=rounding)
     _gemm2d("addmm", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs, transpose)
     return out
 

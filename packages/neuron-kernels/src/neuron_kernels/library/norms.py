@@ -32,6 +32,8 @@ import contextvars
 import itertools
 import math
 
+from neuron_hal import DType
+
 from .. import isa as nisa
 from .. import language as nl
 from ..errors import KernelError
@@ -638,12 +640,13 @@ def rms_norm(x, weight=None, eps=None, rows_per_tile=0):
 # layer_norm
 # ---------------------------------------------------------------------------------------------
 @_kernel(tunables={"rows_per_tile": (0, 1, 2, 4)})
-def layer_norm(x, weight=None, bias=None, eps=1e-5, rows_per_tile=0):
+def layer_norm(x, weight=None, bias=None, eps=1e-5, rows_per_tile=0, out_dtype=None):
     """torch ``native_layer_norm`` over the last dim: returns ``(out, mean, rstd)``.
 
     ``out = (x - mean) * rstd * weight + bias`` in x's dtype (float32 math, one rounding); ``mean`` and
     ``rstd = 1 / sqrt(var + eps)`` (biased variance, from centered values) are float32 of shape
-    ``x.shape[:-1] + (1,)``. ``weight`` and ``bias`` (``[D]``, any float dtype) are optional.
+    ``x.shape[:-1] + (1,)``. ``weight`` and ``bias`` (``[D]``, any float dtype) are optional. ``out_dtype``:
+    ``out`` computed in x's dtype as above, then converted by the store DMA (the output followed by a cast).
     """
     _check_float("x", x)
     _check_float("weight", weight)
@@ -652,7 +655,10 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, rows_per_tile=0):
     for name, v in (("weight", weight), ("bias", bias)):
         if v is not None and tuple(v.shape) != (d,):
             raise KernelError(f"layer_norm: {name} shape {list(v.shape)} must be [{d}]")
-    out = nl.ndarray(x.shape, x.dtype, buffer=nl.hbm, name="out")
+    odt = x.dtype if out_dtype is None else DType.of(out_dtype)
+    if not odt.is_float:
+        raise KernelError(f"layer_norm: out_dtype must be a float dtype, got {odt}")
+    out = nl.ndarray(x.shape, odt, buffer=nl.hbm, name="out")
     mean = nl.ndarray(_stat_shape(x), nl.float32, buffer=nl.hbm, name="mean")
     rstd = nl.ndarray(_stat_shape(x), nl.float32, buffer=nl.hbm, name="rstd")
     if rows == 0:

@@ -56,23 +56,43 @@ def _bias2d(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
     return e.contiguous()
 
 
-def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True) -> torch.Tensor:
+def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True, out_dtype=None) -> torch.Tensor:
     """beta * bias + alpha * (a @ b) for 2-D a [m, k], b [k, n] of one float dtype (bias optional).
-    ``blas_alpha``: alpha == 0 ignores a and b as BLAS (and torch's GEMMs) do, NaN and inf included."""
+    ``blas_alpha``: alpha == 0 ignores a and b as BLAS (and torch's GEMMs) do, NaN and inf included.
+    ``out_dtype``: the result in a's dtype, then cast to this one (the kernel's store converts it)."""
     m, k = a.shape
     n = b.shape[1]
+    if out_dtype is not None and out_dtype != a.dtype:
+        cast = {"out_dtype": out_dtype}
+    else:
+        out_dtype, cast = a.dtype, {}
     if m == 0 or n == 0:
-        return torch.empty((m, n), dtype=a.dtype, device=a.device)
+        return torch.empty((m, n), dtype=out_dtype, device=a.device)
     if k == 0 or (alpha == 0 and blas_alpha):  # no products: beta * bias (torch ignores bias when beta == 0)
         prod = zeros(op, (m, n), a.dtype, a.device)
-        if bias is None or beta == 0:
-            return prod
-        return run(op, ew.add, prod, _bias2d(bias, m, n).contiguous(), alpha=beta)[0]
+        if bias is not None and beta != 0:
+            prod = run(op, ew.add, prod, _bias2d(bias, m, n).contiguous(), alpha=beta)[0]
+        return prod.to(out_dtype)
     (x, ta), (y, tb) = _last2(a), _last2(b)
     if bias is None:
-        return _launch(op, (a, b), matmul.matmul, (x, y), dict(transpose_a=ta, transpose_b=tb))
+        return _launch(op, (a, b), matmul.matmul, (x, y), dict(transpose_a=ta, transpose_b=tb, **cast))
     return _launch(op, (bias, a, b), matmul.addmm, (_bias2d(bias, m, n), x, y),
-                   dict(alpha=float(alpha), beta=float(beta), transpose_a=ta, transpose_b=tb))
+                   dict(alpha=float(alpha), beta=float(beta), transpose_a=ta, transpose_b=tb, **cast))
+
+
+def mm_to(a, b, dtype: torch.dtype) -> torch.Tensor:
+    """``mm(a, b).to(dtype)`` in one kernel (a compiled graph's cast folded into the matmul's store)."""
+    if not _native(a, b) or a.dtype != b.dtype:
+        return mm(a, b).to(dtype)
+    return _gemm("mm", a, b, out_dtype=dtype)
+
+
+def addmm_to(bias, a, b, dtype: torch.dtype, *, beta=1, alpha=1) -> torch.Tensor:
+    """``addmm(bias, a, b, beta=beta, alpha=alpha).to(dtype)`` in one kernel (see mm_to)."""
+    if not _native(bias, a, b) or a.dtype != b.dtype or bias.dtype != a.dtype:
+        return addmm(bias, a, b, beta=beta, alpha=alpha).to(dtype)
+    meta_result(aten.addmm.default, bias, a, b, beta=beta, alpha=alpha)
+    return _gemm("addmm", a, b, bias, alpha, beta, out_dtype=dtype)
 
 
 def _bgemm(op: str, a, b, fp32: bool = False) -> torch.Tensor:
@@ -115,7 +135,7 @@ def _launch(op: str, tensors, kernel, args, kwargs) -> torch.Tensor:
 
 
 def _consts(kwargs) -> tuple:
-    return tuple((k, v) for k, v in kwargs.items() if k in ("alpha", "beta"))
+    return tuple((k, v) for k, v in kwargs.items() if k in ("alpha", "beta", "out_dtype"))
 
 
 def _fast(op: str, tensors, consts=()) -> torch.Tensor | None:

@@ -50,18 +50,23 @@ def _rows(x: torch.Tensor, normalized_shape):
     return axis, math.prod(x.shape[:axis]), math.prod(normalized_shape)
 
 
-def layer_norm(input, normalized_shape, weight, bias, eps):  # noqa: A002
+def layer_norm(input, normalized_shape, weight, bias, eps, out_dtype=None):  # noqa: A002
+    """aten.native_layer_norm; ``out_dtype`` (compiled graphs): the output then cast to it, in the same kernel."""
     same_device(input, weight, bias)
     sdt, rows = param_dtype(input, weight, bias), _rows(input, normalized_shape)
     if sdt is None or rows is None or rows[2] == 0:
-        return on_cpu(aten.native_layer_norm.default, input, normalized_shape, weight, bias, eps)
+        out, mean, rstd = on_cpu(aten.native_layer_norm.default, input, normalized_shape, weight, bias, eps)
+        return (out if out_dtype is None else out.to(out_dtype)), mean, rstd
     axis, m, d = rows
     stat_shape = tuple(input.shape[:axis]) + (1,) * len(normalized_shape)
     if m == 0:
         empty = torch.empty(stat_shape, dtype=sdt, device=input.device)
-        return torch.empty_like(input, memory_format=torch.contiguous_format), empty, empty.clone()
+        out = torch.empty_like(input, dtype=out_dtype or input.dtype, memory_format=torch.contiguous_format)
+        return out, empty, empty.clone()
     x2 = contig(input).view(m, d)
-    out, mean, rstd = run("native_layer_norm", norms.layer_norm, x2, _flat(weight, d), _flat(bias, d), float(eps))
+    cast = {"out_dtype": out_dtype} if out_dtype is not None and out_dtype != input.dtype else {}
+    out, mean, rstd = run("native_layer_norm", norms.layer_norm, x2, _flat(weight, d), _flat(bias, d), float(eps),
+                          **cast)
     op = "native_layer_norm"
     return out.view(input.shape), _as(mean, sdt, stat_shape, op), _as(rstd, sdt, stat_shape, op)
 
