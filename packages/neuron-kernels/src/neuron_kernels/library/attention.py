@@ -142,6 +142,22 @@ def _check_inputs(name, q, k, v, mask, causal):
     return bh, sq, skv, d
 
 
+def _bwd_inputs(name, grad_out, q, k, v, out, logsumexp, mask, causal, layouts):
+    """A backward's grad_out, q, k, v, out as batch-heads (see _heads_of), checked with the logsumexp against
+    q; returns them and (bh, sq, skv, d)."""
+    grad_out, q, k, v, out = (_heads_of(x, n, layouts) for x, n in
+                              ((grad_out, "grad_out"), (q, "q"), (k, "k"), (v, "v"), (out, "out")))
+    bh, sq, skv, d = _check_inputs(name, q, k, v, mask, causal)
+    dt = q.dtype
+    if grad_out.shape != q.shape or out.shape != q.shape or grad_out.dtype != dt or out.dtype != dt:
+        raise KernelError(f"{name}: grad_out and out must be {list(q.shape)} {dt}, got "
+                          f"{list(grad_out.shape)} {grad_out.dtype} and {list(out.shape)} {out.dtype}")
+    if tuple(logsumexp.shape) != (bh, sq) or logsumexp.dtype != nl.float32:
+        raise KernelError(f"{name}: logsumexp must be [{bh}, {sq}] float32, got "
+                          f"{list(logsumexp.shape)} {logsumexp.dtype}")
+    return (grad_out, q, k, v, out), (bh, sq, skv, d)
+
+
 def _mask_rows(mask, b):
     """The [Sq, Skv] mask of batch-head b."""
     if len(mask.shape) == 2:
@@ -906,16 +922,9 @@ def flash_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
     grad_out, q, k, v and out, and for ``dq``, ``dk``, ``dv`` given as the storage to write them into (those are
     then not returned).
     """
-    grad_out, q, k, v, out = (_heads_of(x, n, layouts) for x, n in
-                              ((grad_out, "grad_out"), (q, "q"), (k, "k"), (v, "v"), (out, "out")))
-    bh, sq, skv, d = _check_inputs("flash_attention_bwd", q, k, v, mask, causal)
+    (grad_out, q, k, v, out), (bh, sq, skv, d) = _bwd_inputs("flash_attention_bwd", grad_out, q, k, v, out,
+                                                             logsumexp, mask, causal, layouts)
     dt = q.dtype
-    if grad_out.shape != q.shape or out.shape != q.shape or grad_out.dtype != dt or out.dtype != dt:
-        raise KernelError(f"flash_attention_bwd: grad_out and out must be {list(q.shape)} {dt}, got "
-                          f"{list(grad_out.shape)} {grad_out.dtype} and {list(out.shape)} {out.dtype}")
-    if tuple(logsumexp.shape) != (bh, sq) or logsumexp.dtype != nl.float32:
-        raise KernelError(f"flash_attention_bwd: logsumexp must be [{bh}, {sq}] float32, got "
-                          f"{list(logsumexp.shape)} {logsumexp.dtype}")
     pmax = nl.tile_size.pmax
     mm_n = nl.tile_size.gemm_moving_fmax
     sc = 1.0 / math.sqrt(d) if scale is None else float(scale)

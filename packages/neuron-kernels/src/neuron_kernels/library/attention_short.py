@@ -46,7 +46,7 @@ from .. import language as nl
 from ..errors import KernelError
 from ..jit import kernel
 from ..tensors import View
-from .attention import _check_inputs, _copy, _Heads, _heads_of, _mask_rows, _pipeline, _result
+from .attention import _bwd_inputs, _check_inputs, _copy, _Heads, _heads_of, _mask_rows, _pipeline, _result
 
 _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 _NEG_INF = float("-inf")
@@ -69,6 +69,22 @@ BWD_PSUM_BUDGET = {"tr": 1, "sdp": 2, "dsT": 1, "kv": 2, "dq": 1}
 def _pow2(n: int) -> int:
     """The power of two >= n: PSUM slices of that size never straddle a bank."""
     return 1 << max(0, n - 1).bit_length()
+
+
+def _heads_transposed(x: View, g: int, shape, sq: int, skv: int, dt, name: str) -> View:
+    """[sq, g, skv] per-head tiles transposed by TensorE into a PSUM tile [skv, g, sq] (of ``shape``)."""
+    ps = nl.ndarray(shape, dt, buffer=nl.psum, name=f"{name}_psum")
+    for i in range(g):
+        nisa.nc_transpose(ps[:skv, i, :sq], x[:sq, i, :])
+    return ps
+
+
+def _heads_product(xt: View, y: View, j0: int, g: int, shape, sq: int, skv: int, d: int, name: str) -> View:
+    """Per head i < g: xt[:skv, i, :sq]^T @ y[:skv, j0 + i, :d] into a float32 PSUM tile [sq, g, d] (of ``shape``)."""
+    ps = nl.ndarray(shape, nl.float32, buffer=nl.psum, name=name)
+    for i in range(g):
+        nisa.nc_matmul(ps[:sq, i, :d], xt[:skv, i, :sq], y[:skv, j0 + i, :], accumulate=False)
+    return ps
 
 
 def _check_short(name: str, sq: int, skv: int) -> None:
@@ -329,11 +345,7 @@ def short_attention_fwd(q, k, v, scale=None, causal=False, mask=None, layouts=No
         job.update(p=p, rs=rs)
 
     def pt(t):  # P^T per head (TensorE)
-        job = jobs[t]
-        ps = nl.ndarray((pmax, group, qpad), dt, buffer=nl.psum, name="pT_psum")
-        for i in range(job["g"]):
-            nisa.nc_transpose(ps[:skv, i, :sq], job["p"][:sq, i, :])
-        job["pt_ps"] = ps
+        jobs[t]["pt_ps"] = _heads_transposed(jobs[t]["p"], jobs[t]["g"], (pmax, group, qpad), sq, skv, dt, "pT")
 
     def pt_copy(t):
         job = jobs[t]
@@ -346,10 +358,7 @@ def short_attention_fwd(q, k, v, scale=None, causal=False, mask=None, layouts=No
     def pv(t):  # O = P V per head into one PSUM tile
         job = jobs[t]
         unit, j0, ptile = job["unit"], job["j0"], job.pop("pt")
-        o = nl.ndarray((pmax, group, dpad), nl.float32, buffer=nl.psum, name="o_psum")
-        for i in range(job["g"]):
-            nisa.nc_matmul(o[:sq, i, :d], ptile[:skv, i, :sq], unit["v"][:skv, j0 + i, :], accumulate=False)
-        job["o"] = o
+        job["o"] = _heads_product(ptile, unit["v"], j0, job["g"], (pmax, group, dpad), sq, skv, d, "o_psum")
 
     def fin(t):  # out = O / l into the unit's tile (VectorE); logsumexp log(l) - nb into the block's columns
         job = jobs[t]
@@ -398,17 +407,10 @@ def short_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
                         dq=None, dk=None, dv=None):
     """Gradients of the attention forward -> (dq, dk, dv) in q's dtype (FlashAttention-2 with the logsumexp of
     either forward), for Sq, Skv <= pmax. Arguments as flash_attention_bwd's (no kv_block / resident)."""
-    grad_out, q, k, v, out = (_heads_of(x, n, layouts) for x, n in
-                              ((grad_out, "grad_out"), (q, "q"), (k, "k"), (v, "v"), (out, "out")))
-    bh, sq, skv, d = _check_inputs("short_attention_bwd", q, k, v, mask, causal)
+    (grad_out, q, k, v, out), (bh, sq, skv, d) = _bwd_inputs("short_attention_bwd", grad_out, q, k, v, out,
+                                                             logsumexp, mask, causal, layouts)
     _check_short("short_attention_bwd", sq, skv)
     dt = q.dtype
-    if grad_out.shape != q.shape or out.shape != q.shape or grad_out.dtype != dt or out.dtype != dt:
-        raise KernelError(f"short_attention_bwd: grad_out and out must be {list(q.shape)} {dt}, got "
-                          f"{list(grad_out.shape)} {grad_out.dtype} and {list(out.shape)} {out.dtype}")
-    if tuple(logsumexp.shape) != (bh, sq) or logsumexp.dtype != nl.float32:
-        raise KernelError(f"short_attention_bwd: logsumexp must be [{bh}, {sq}] float32, got "
-                          f"{list(logsumexp.shape)} {logsumexp.dtype}")
     grad_out, q, k, v, out = (_as_heads(x) for x in (grad_out, q, k, v, out))
     pmax = nl.tile_size.pmax
     it = dt.itemsize
@@ -528,11 +530,7 @@ def short_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
         job["kv"] = kv
 
     def dst(t):  # dS^T per head (TensorE)
-        job = jobs[t]
-        ps = nl.ndarray((pmax, group, qpad), dt, buffer=nl.psum, name="dsT_psum")
-        for i in range(job["g"]):
-            nisa.nc_transpose(ps[:skv, i, :sq], job["ds"][:sq, i, :])
-        job["dsT_ps"] = ps
+        jobs[t]["dsT_ps"] = _heads_transposed(jobs[t]["ds"], jobs[t]["g"], (pmax, group, qpad), sq, skv, dt, "dsT")
 
     def dst_copy(t):
         job = jobs[t]
@@ -544,10 +542,7 @@ def short_attention_bwd(grad_out, q, k, v, out, logsumexp, scale=None, causal=Fa
     def mm3(t):  # dQ = dS K per head
         job = jobs[t]
         unit, j0, sb = job["unit"], job["j0"], job.pop("dsT")
-        dqp = nl.ndarray((pmax, group, dpad), nl.float32, buffer=nl.psum, name="dq_psum")
-        for i in range(job["g"]):
-            nisa.nc_matmul(dqp[:sq, i, :d], sb[:skv, i, :sq], unit["k"][:skv, j0 + i, :], accumulate=False)
-        job["dq"] = dqp
+        job["dq"] = _heads_product(sb, unit["k"], j0, job["g"], (pmax, group, dpad), sq, skv, d, "dq_psum")
 
     def fin(t):  # dV (ScalarE copy), dK = scale * acc (ScalarE), dQ = scale * acc (VectorE) into the unit's tiles
         job = jobs[t]
