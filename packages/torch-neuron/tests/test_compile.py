@@ -434,31 +434,71 @@ def test_casts_fuse_and_device_transfers_do_not():
         torch.testing.assert_close(g.cpu(), e, **TOL[torch.float32])
 
 
+def run_with_and_without_epilogues(f, make_inputs, params, monkeypatch) -> list[list[torch.Tensor]]:
+    """[eager, compiled without epilogue folding, compiled] results of f(*inputs) and the gradients of its inputs
+    and ``params`` for a sum of squares: the folding must not change a bit of what the graph computes."""
+    from torch_neuron.compile import graph as compile_graph
+
+    results = []
+    for mode in ("eager", "unfolded", "folded"):
+        with monkeypatch.context() as m:
+            if mode == "unfolded":
+                m.setattr(compile_graph, "fold_epilogues", lambda graph: {})
+            torch._dynamo.reset()
+            run = f if mode == "eager" else torch.compile(f, backend="neuron")
+            inputs = [t.to(DEV).requires_grad_() for t in make_inputs()]
+            out = run(*inputs)
+            out.float().square().sum().backward()
+        results.append([out, *(t.grad for t in inputs), *(q.grad for q in params)])
+        for q in params:
+            q.grad = None
+    return results
+
+
+def assert_epilogues_exact(results, tol):
+    eager, unfolded, folded = results
+    for e, u, c in zip(eager, unfolded, folded):
+        assert c.dtype == u.dtype == e.dtype
+        torch.testing.assert_close(c.cpu(), u.cpu(), rtol=0, atol=0)
+        torch.testing.assert_close(c.cpu(), e.cpu(), **tol)
+
+
 @pytest.mark.parametrize("bias", [True, False])
-def test_autocast_casts_around_a_linear_layer_are_written_by_its_kernels(bias):
+def test_autocast_casts_around_a_linear_layer_are_written_by_its_kernels(bias, monkeypatch):
     """The norm's float32 output cast to bfloat16 and the bfloat16 gradients cast back to float32 are written by the
-    norm and matmul kernels (casts folded): bit-identical to eager, forward and backward."""
+    norm and matmul kernels (casts folded): bit-identical to the unfolded graph and to eager."""
     torch.manual_seed(0)
     norm, proj = nn.LayerNorm(64).to(DEV), nn.Linear(64, 48, bias=bias).to(DEV)
 
     def f(x):
         with torch.autocast(DEV, dtype=torch.bfloat16):
-            return proj(norm(x)).float().square().mean()
+            return proj(norm(x)).float()
 
     x = torch.randn(4, 16, 64)
-    results = []
-    for run in (f, torch.compile(f, backend="neuron")):
-        xd = x.to(DEV).requires_grad_()
-        loss = run(xd)
-        loss.backward()
-        results.append([loss, xd.grad, *(p.grad for p in (*norm.parameters(), *proj.parameters()))])
-        for p in (*norm.parameters(), *proj.parameters()):
-            p.grad = None
-    for e, c in zip(*results):
-        assert c.dtype == e.dtype
-        torch.testing.assert_close(c.cpu(), e.cpu(), rtol=0, atol=0)
+    results = run_with_and_without_epilogues(f, lambda: [x], [*norm.parameters(), *proj.parameters()], monkeypatch)
+    assert_epilogues_exact(results, dict(rtol=0, atol=0))
     # forward: the norm's output to bfloat16, the projection's to float32; backward: input and weight gradients
     assert compile_counts()["casts_folded"] == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_residual_adds_after_a_projection_are_written_by_the_matmul(dtype, monkeypatch):
+    """``x + proj(h)`` (through a reshape and a dropout of probability 0) is one matmul kernel adding x to its
+    output tiles, in the forward and where the backward sums two gradient products: bit-identical to the unfolded
+    graph. (Under autocast AOTAutograd casts h once and sums its two bf16 gradients before the cast back, eager
+    casts twice and sums in float32: compiled and eager differ there by a bf16 rounding.)"""
+    torch.manual_seed(0)
+    proj, drop = nn.Linear(32, 24).to(DEV), nn.Dropout(0.0)
+
+    def f(x, h):
+        with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+            y = x + drop(proj(h))
+            return y + proj(h) @ torch.ones(24, 24, device=DEV)[:, :1].expand(24, 24)  # a second, plain mm
+
+    x, h = torch.randn(3, 5, 24), torch.randn(3, 5, 32)
+    results = run_with_and_without_epilogues(f, lambda: [x, h], list(proj.parameters()), monkeypatch)
+    assert_epilogues_exact(results, TOL[dtype])
+    assert compile_counts()["residual_adds_folded"] >= 2
 
 
 @pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16),
@@ -480,6 +520,37 @@ def test_matmul_and_norm_with_a_cast_equal_the_op_then_the_cast(dtypes, shape):
     for g, e in zip(got, expect):
         assert g.dtype == dst
         torch.testing.assert_close(g.cpu(), e.cpu(), rtol=0, atol=0)
+
+
+def test_residual_adds_of_symbolic_shapes_stay_as_written():
+    """With a dynamic batch the residual's reshape would need the graph's size symbols: the add stays an add."""
+    torch.manual_seed(0)
+    proj = nn.Linear(8, 8).to(DEV)
+    f = torch.compile(lambda x: x + proj(x), backend="neuron", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 2, 8, device=DEV, requires_grad=True)
+        got = f(x)
+        got.sum().backward()
+        torch.testing.assert_close(got.cpu(), (x + proj(x)).detach().cpu(), **TOL[torch.float32])
+    assert compile_counts().get("residual_adds_folded", 0) == 0
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.bfloat16), (torch.bfloat16, torch.bfloat16),
+                                    (torch.float32, torch.float32)])
+@pytest.mark.parametrize("shape", [(5, 7, 3), (6, 4, 1), (1, 3, 9), (0, 4, 3), (6, 0, 5)])
+def test_matmul_with_a_residual_equals_the_matmul_then_the_add(dtypes, shape):
+    from torch_neuron.ops import linalg
+
+    res_dtype, dtype = dtypes
+    m, k, n = shape
+    a, b, bias = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype), torch.randn(n, dtype=dtype)
+    residual = torch.randn(n, m, dtype=res_dtype).t()  # not contiguous
+    a, b, bias, residual = (t.to(DEV) for t in (a, b, bias, residual))
+    for got, expect in ((linalg.gemm_add(residual, a, b), residual + torch.mm(a, b)),
+                        (linalg.gemm_add(residual, a, b, bias, beta=0.5, alpha=2),
+                         residual + torch.addmm(bias, a, b, beta=0.5, alpha=2))):
+        assert got.dtype == expect.dtype
+        torch.testing.assert_close(got.cpu(), expect.cpu(), rtol=0, atol=0)
 
 
 def test_same_formula_on_several_graph_inputs_is_one_program():

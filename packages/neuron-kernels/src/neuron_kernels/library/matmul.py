@@ -445,6 +445,7 @@ class _Epilogue:
     bias: View | None = None  # HBM view broadcastable to the core output [F1, F2]: (1|F1, 1|F2)
     cache: dict = field(default_factory=dict)
     rounding: DType | None = None  # results round to this dtype before the store converts them to the output's
+    residual: View | None = None  # HBM [F1, F2] added to the (rounded) result, in float32, before the store
 
 
 def _output(kname: str, shape, dt: DType, out_dtype) -> tuple[View, DType | None]:
@@ -726,6 +727,12 @@ class _Gemm(_IO):
                 self.busy[Engine.SCALAR] += self._cost_ns(Engine.SCALAR, w2, tmp, a)
                 nisa.tensor_tensor(stage, tmp, bias[1], Alu.add, engine=Engine.GPSIMD)
             self.busy[Engine.VECTOR] += w2 / self.prof.vector_ghz
+        if epi.residual is not None:  # out = residual + the rounded product, as the add after it computes
+            res = nl.ndarray((w1, w2), epi.residual.dtype, name="residual")
+            self.load(res, epi.residual[r0:r0 + w1, s0:s0 + w2])
+            total = nl.ndarray((w1, w2), self.out.dtype, name="total")
+            nisa.tensor_tensor(total, stage, res, Alu.add, engine=Engine.GPSIMD)
+            stage = total
         self.store(self.out[r0:r0 + w1, s0:s0 + w2], stage)
 
     def _bias(self, r0, w1, s0, w2):
@@ -793,7 +800,9 @@ def _gemm2d(kname, a: View, b: View, out: View, ta: bool, tb: bool, epi: _Epilog
             r, c = epi.bias.shape
             epi = _Epilogue(epi.alpha, epi.beta, _view(epi.bias, epi.bias.offset, ((c, 0 if c == 1 else 1),
                                                                                  (r, 0 if r == 1 else 1))),
-                            rounding=epi.rounding)
+                            rounding=epi.rounding, residual=epi.residual)
+        if epi.residual is not None:
+            epi = _Epilogue(epi.alpha, epi.beta, epi.bias, rounding=epi.rounding, residual=_flat2(epi.residual, 1, M))
     prof = nl.profile()
     col_bias = epi.bias is not None and epi.beta != 0 and epi.bias.shape[1] == 1
     if transpose not in ("auto", *TUNABLES["transpose"]):
@@ -918,6 +927,14 @@ def _transpose_to_hbm(op: _Operand) -> _Operand:
     return _Operand(xt, True, K, F)
 
 
+def _residual2d(kname, residual: View | None, M: int, N: int) -> View | None:
+    if residual is None:
+        return None
+    if tuple(residual.shape) != (M, N) or not residual.dtype.is_float:
+        raise KernelError(f"{kname}: residual must be a float [{M}, {N}], got {residual.dtype} {list(residual.shape)}")
+    return residual
+
+
 def _bias2d(kname, bias: View, M: int, N: int) -> View:
     """Normalize a bias broadcastable to [M, N] to a 2-D view (1|M, 1|N)."""
     if bias.ndim == 0:
@@ -934,14 +951,16 @@ def _bias2d(kname, bias: View, M: int, N: int) -> View:
 
 @kernel(tunables=TUNABLES, version=2)
 def matmul(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0,
-           transpose="auto", out_dtype=None):
+           transpose="auto", out_dtype=None, residual=None):
     """C = op(a) @ op(b); op(a) = a.T when ``transpose_a`` (a given [K, M]), op(b) = b.T when ``transpose_b``.
-    ``out_dtype``: C rounded to the operands' dtype, then converted to this one (see _output)."""
+    ``out_dtype``: C rounded to the operands' dtype, then converted to this one (see _output). ``residual``:
+    an [M, N] tensor added to the rounded C (in float32, rounded once to ``out_dtype``): a matmul and the add
+    after it (a residual connection) in one kernel."""
     dt = _check_dtypes("matmul", a, b)
     m, _, n = _mk("matmul", a, b, transpose_a, transpose_b)
     out, rounding = _output("matmul", (m, n), dt, out_dtype)
-    _gemm2d("matmul", a, b, out, transpose_a, transpose_b, _Epilogue(rounding=rounding), order, block, tile_n,
-            group, bufs, transpose)
+    epi = _Epilogue(rounding=rounding, residual=_residual2d("matmul", residual, m, n))
+    _gemm2d("matmul", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs, transpose)
     return out
 
 
@@ -962,13 +981,15 @@ def bmm(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_
 
 @kernel(tunables=TUNABLES, version=2)
 def addmm(bias, a, b, alpha=1.0, beta=1.0, transpose_a=False, transpose_b=False, order="auto", block=0,
-          tile_n=512, group=0, bufs=0, transpose="auto", out_dtype=None):
+          tile_n=512, group=0, bufs=0, transpose="auto", out_dtype=None, residual=None):
     """beta * bias + alpha * (op(a) @ op(b)); bias broadcasts to [M, N] ([N], [1, N], [M, 1], [M, N], []).
-    ``out_dtype``: the result rounded to the operands' dtype, then converted to this one (see _output)."""
+    ``out_dtype``, ``residual``: as matmul's (the result rounded to the operands' dtype, then converted or
+    added to the residual)."""
     dt = _check_dtypes("addmm", a, b)
     m, _, n = _mk("addmm", a, b, transpose_a, transpose_b)
     out, rounding = _output("addmm", (m, n), dt, out_dtype)
-    epi = _Epilogue(float(alpha), float(beta), _bias2d("addmm", bias, m, n), rounding=rounding)
+    epi = _Epilogue(float(alpha), float(beta), _bias2d("addmm", bias, m, n), rounding=rounding,
+                    residual=_residual2d("addmm", residual, m, n))
     _gemm2d("addmm", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs, transpose)
     return out
 

@@ -1,7 +1,7 @@
 """The neuron graph compiler: an AOTAutograd graph in, a GraphModule calling fused regions and eager ops out.
 
-Casts go into the matmul or norm producing their input (``casts``). Each fused region (``fusion.partition``)
-becomes one call of a ``FusedRegion`` at the place of its last node;
+Casts and residual adds go into the matmul or norm producing their input (``epilogues``). Each fused region
+(``fusion.partition``) becomes one call of a ``FusedRegion`` at the place of its last node;
 its values read elsewhere come out of the call's result tuple. Everything else stays an aten call on neuron
 tensors, which runs the op's own kernel (matmuls, softmax, norms and attention are single fused library
 kernels already).
@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from ..metrics import record_compile
-from .casts import fold_casts
+from .epilogues import fold_epilogues
 from .fusion import external_inputs, horizontal_groups, outputs, partition
 from .region import ForeachRegion, FusedRegion
 
@@ -24,9 +24,9 @@ def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
     """Rewrite ``gm`` in place; returns it and its fused regions."""
     graph = gm.graph
     _reshape_views(graph)
-    folded = fold_casts(graph)
-    if folded:
-        record_compile("casts_folded", folded)
+    for name, folded in fold_epilogues(graph).items():
+        if folded:
+            record_compile(name, folded)
     fused = []
     for region in partition(graph):
         outs = outputs(region)

@@ -56,23 +56,27 @@ def _bias2d(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
     return e.contiguous()
 
 
-def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True, out_dtype=None) -> torch.Tensor:
+def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True, out_dtype=None,
+          residual=None) -> torch.Tensor:
     """beta * bias + alpha * (a @ b) for 2-D a [m, k], b [k, n] of one float dtype (bias optional).
     ``blas_alpha``: alpha == 0 ignores a and b as BLAS (and torch's GEMMs) do, NaN and inf included.
-    ``out_dtype``: the result in a's dtype, then cast to this one (the kernel's store converts it)."""
+    ``out_dtype``: the result in a's dtype, then cast to this one (the kernel's store converts it).
+    ``residual``: a contiguous [m, n] tensor the result (in a's dtype) is added to, in ``out_dtype``."""
     m, k = a.shape
     n = b.shape[1]
     if out_dtype is not None and out_dtype != a.dtype:
         cast = {"out_dtype": out_dtype}
     else:
         out_dtype, cast = a.dtype, {}
+    if residual is not None:
+        cast["residual"] = residual
     if m == 0 or n == 0:
         return torch.empty((m, n), dtype=out_dtype, device=a.device)
     if k == 0 or (alpha == 0 and blas_alpha):  # no products: beta * bias (torch ignores bias when beta == 0)
         prod = zeros(op, (m, n), a.dtype, a.device)
         if bias is not None and beta != 0:
             prod = run(op, ew.add, prod, _bias2d(bias, m, n).contiguous(), alpha=beta)[0]
-        return prod.to(out_dtype)
+        return prod.to(out_dtype) if residual is None else torch.add(residual, prod)
     (x, ta), (y, tb) = _last2(a), _last2(b)
     if bias is None:
         return _launch(op, (a, b), matmul.matmul, (x, y), dict(transpose_a=ta, transpose_b=tb, **cast))
@@ -85,6 +89,17 @@ def mm_to(a, b, dtype: torch.dtype) -> torch.Tensor:
     if not _native(a, b) or a.dtype != b.dtype:
         return mm(a, b).to(dtype)
     return _gemm("mm", a, b, out_dtype=dtype)
+
+
+def gemm_add(residual, a, b, bias=None, *, beta=1, alpha=1) -> torch.Tensor:
+    """``residual + mm(a, b)`` (``residual + addmm(bias, a, b, ...)`` with a bias) in one kernel: a compiled graph's
+    add after a matmul (a residual connection), the product rounded to its dtype, then added as the add would."""
+    plain = _native(residual, a, b, bias) and a.dtype == b.dtype and (bias is None or bias.dtype == a.dtype)
+    if not plain or residual.shape != (a.shape[0], b.shape[1]):
+        return torch.add(residual, mm(a, b) if bias is None else addmm(bias, a, b, beta=beta, alpha=alpha))
+    out_dtype = torch.promote_types(residual.dtype, a.dtype)
+    op = "mm+add" if bias is None else "addmm+add"  # not the plain ops' names: their fast path has no residual
+    return _gemm(op, a, b, bias, alpha, beta, out_dtype=out_dtype, residual=residual.contiguous())
 
 
 def addmm_to(bias, a, b, dtype: torch.dtype, *, beta=1, alpha=1) -> torch.Tensor:

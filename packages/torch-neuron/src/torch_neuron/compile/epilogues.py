@@ -1,0 +1,210 @@
+"""Work after a matmul or a norm done by its kernel, on AOTAutograd's graph: casts and residual adds.
+
+Casts. Autocast puts a cast on each side of every linear layer: the float32 output of a norm cast to bfloat16
+before the projection, the bfloat16 gradients of the input and the weight cast back to float32. Alone, each cast
+is a kernel that reads its input back from HBM and writes it again, a round trip on the graph's critical path.
+``mm``, ``addmm`` and ``native_layer_norm`` can write the cast's dtype themselves: their result rounded to their
+own dtype first, then converted by the store DMA, the same values as the op followed by the cast. Matched:
+
+    y = cast(view*(producer(...)))      each intermediate used only by the next step
+
+(views: transposes, reshapes, permutes, dtype-agnostic): the producer writes the cast's dtype, the views apply
+to that, and the cast goes.
+
+Residual adds. ``x + view*(mm or addmm)`` (a residual connection after a projection, the product used only
+there, reshapes and plain clones only in between, ``x`` of the sum's shape) becomes one matmul kernel that adds
+``x`` to each rounded output tile before storing it: the product never goes to HBM and back.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from ..ops import linalg, normalization
+from .patterns import only_user
+
+aten = torch.ops.aten
+_VIEWS = frozenset({aten.t.default, aten.transpose.int, aten.permute.default, aten.reshape.default,
+                    aten.view.default, aten._unsafe_view.default})
+_FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16})
+
+
+class MatmulTo:
+    """``mm`` / ``addmm`` followed by a cast to ``dtype``, as one kernel (a graph node's target)."""
+
+    def __init__(self, op, dtype: torch.dtype):
+        self.op, self.dtype = op, dtype
+        self.__name__ = f"{op.__name__.split('.')[0]}_to_{str(dtype).removeprefix('torch.')}"
+
+    def __call__(self, *args, **kwargs):
+        if self.op is aten.mm.default:
+            return linalg.mm_to(*args, self.dtype)
+        bias, a, b = args
+        return linalg.addmm_to(bias, a, b, self.dtype, **kwargs)
+
+
+class LayerNormTo:
+    """``native_layer_norm`` whose output (not its statistics) is cast to ``dtype``, as one kernel."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+        self.__name__ = f"native_layer_norm_to_{str(dtype).removeprefix('torch.')}"
+
+    def __call__(self, *args):
+        return normalization.layer_norm(*args, out_dtype=self.dtype)
+
+
+def fold_epilogues(graph: fx.Graph) -> dict[str, int]:
+    """Fold the casts and residual adds of ``graph`` into their producers (in place); returns how many of each."""
+    return {"casts_folded": fold_casts(graph), "residual_adds_folded": fold_residual_adds(graph)}
+
+
+def fold_casts(graph: fx.Graph) -> int:
+    """Fold every cast of ``graph`` that has a producer able to write its dtype (in place); returns how many."""
+    count = 0
+    for node in list(graph.nodes):
+        dtype = _cast_dtype(node)
+        if dtype is None:
+            continue
+        chain, src = [], node.args[0]
+        while _is_view(src) and only_user(src) is not None:
+            chain.append(src)
+            src = src.args[0]
+        if only_user(src) is None or not _retarget(src, dtype):
+            continue
+        for n in [src, *chain]:
+            n.meta["val"] = _retyped(n.meta.get("val"), dtype)
+        node.replace_all_uses_with(node.args[0])
+        graph.erase_node(node)
+        count += 1
+    return count
+
+
+def _cast_dtype(node: fx.Node) -> torch.dtype | None:
+    """The dtype of a float-to-float ``_to_copy`` that changes nothing else (same device, strided, the input's
+    memory format), else None."""
+    if node.op != "call_function" or node.target is not aten._to_copy.default or len(node.args) != 1:
+        return None
+    src, kw = node.args[0], node.kwargs
+    value = src.meta.get("val") if isinstance(src, fx.Node) else None
+    dtype = kw.get("dtype")
+    if not isinstance(value, torch.Tensor) or value.dtype not in _FLOATS or dtype not in _FLOATS:
+        return None
+    same = (set(kw) <= {"dtype", "layout", "device", "memory_format"} and kw.get("layout") in (None, torch.strided)
+            and kw.get("device") in (None, value.device)
+            and kw.get("memory_format") in (None, torch.preserve_format))
+    return dtype if same and dtype != value.dtype else None
+
+
+def _is_view(node) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in _VIEWS
+
+
+def _retarget(src: fx.Node, dtype: torch.dtype) -> bool:
+    """Make ``src`` write ``dtype``: an mm / addmm, or output 0 of a native_layer_norm."""
+    if src.op != "call_function":
+        return False
+    if src.target in (aten.mm.default, aten.addmm.default):
+        src.target = MatmulTo(src.target, dtype)
+        return True
+    norm = src.args[0] if src.target is operator.getitem and src.args[1] == 0 else None
+    if isinstance(norm, fx.Node) and norm.op == "call_function" and norm.target is aten.native_layer_norm.default:
+        norm.target = LayerNormTo(dtype)
+        values = norm.meta.get("val")
+        if isinstance(values, tuple):
+            norm.meta["val"] = (_retyped(values[0], dtype), *values[1:])
+        return True
+    return False
+
+
+def _retyped(value, dtype: torch.dtype):
+    """The (fake) tensor ``value`` with another dtype: the metadata later passes read."""
+    mode = getattr(value, "fake_mode", None)
+    if not isinstance(value, torch.Tensor) or mode is None:
+        return value
+    with mode:
+        return torch.empty_strided(value.shape, value.stride(), dtype=dtype, device=value.device)
+
+
+_RESHAPES = frozenset({aten.reshape.default, aten.view.default, aten._unsafe_view.default})
+
+
+def fold_residual_adds(graph: fx.Graph) -> int:
+    """Fold every ``x + view*(mm or addmm)`` of ``graph`` into the matmul (in place); returns how many."""
+    count = 0
+    for node in list(graph.nodes):
+        match = _residual_match(node)
+        if match is None:
+            continue
+        residual, chain, product = match
+        shape = list(product.meta["val"].shape)
+        with graph.inserting_before(node):
+            flat = graph.call_function(aten.reshape.default, (residual, shape))
+            flat.meta["val"] = _reshaped(residual.meta["val"], shape)
+            args = (flat, *product.args[1:], product.args[0]) if product.target is aten.addmm.default else \
+                (flat, *product.args)
+            fused = graph.call_function(GemmAdd(), args, dict(product.kwargs))
+            fused.meta["val"] = _reshaped(node.meta["val"], shape)
+            out = fused
+            for view in reversed(chain):  # the reshapes back to the sum's shape (a clone of a value used once: none)
+                if view.target is not aten.clone.default:
+                    out = graph.call_function(view.target, (out, *view.args[1:]), dict(view.kwargs))
+                    out.meta["val"] = _retyped(view.meta["val"], node.meta["val"].dtype)
+        node.replace_all_uses_with(out)
+        for n in [node, *chain, product]:
+            graph.erase_node(n)
+        count += 1
+    return count
+
+
+class GemmAdd:
+    """``residual + mm(a, b)`` or ``residual + addmm(bias, a, b)`` as one kernel (a graph node's target); called
+    as (residual, a, b[, bias])."""
+
+    __name__ = "gemm_add"
+
+    def __call__(self, residual, a, b, bias=None, **kwargs):
+        return linalg.gemm_add(residual, a, b, bias, **kwargs)
+
+
+def _residual_match(node: fx.Node):
+    """(residual, reshapes from the product's user down, product) of ``residual + reshape*(product)``, else
+    None."""
+    if node.op != "call_function" or node.target is not aten.add.Tensor or node.kwargs.get("alpha", 1) != 1:
+        return None
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dtype not in _FLOATS or len(node.args) != 2:
+        return None
+    for residual, src in (node.args, node.args[::-1]):
+        rv = residual.meta.get("val") if isinstance(residual, fx.Node) else None
+        if not isinstance(rv, torch.Tensor) or rv.shape != value.shape or rv.dtype not in _FLOATS:
+            continue
+        chain, user = [], node
+        while (_is_call(src, _RESHAPES) or _is_plain_clone(src)) and only_user(src) is user:
+            chain.append(src)
+            user, src = src, src.args[0]
+        if _is_call(src, (aten.mm.default, aten.addmm.default)) and only_user(src) is user and residual is not src \
+                and all(isinstance(d, int) for d in src.meta["val"].shape):  # the residual's reshape is spelled out
+            return residual, chain, src
+    return None
+
+
+def _is_plain_clone(node) -> bool:
+    """A clone that only copies (what a dropout of probability 0 leaves in the graph)."""
+    return _is_call(node, (aten.clone.default,)) and node.kwargs.get("memory_format") in (
+        None, torch.preserve_format, torch.contiguous_format)
+
+
+def _is_call(node, targets) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _reshaped(value, shape):
+    mode = getattr(value, "fake_mode", None)
+    if not isinstance(value, torch.Tensor) or mode is None:
+        return value
+    with mode:
+        return torch.empty(shape, dtype=value.dtype, device=value.device)
