@@ -522,6 +522,40 @@ def test_matmul_and_norm_with_a_cast_equal_the_op_then_the_cast(dtypes, shape):
         torch.testing.assert_close(g.cpu(), e.cpu(), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_gradients_are_written_where_a_fused_qkv_projection_stacks_them(dtype, monkeypatch):
+    """Heads split out of one qkv projection get their gradient as clone(permute(stack([dq, dk, dv]))): the
+    attention backward writes into that result instead of a copy. Bit-identical to the unfolded graph."""
+    torch.manual_seed(0)
+    qkv = nn.Linear(32, 96).to(DEV)
+
+    def f(x):
+        with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+            q, k, v = qkv(x).view(2, 7, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    x = torch.randn(2, 7, 32)
+    results = run_with_and_without_epilogues(f, lambda: [x], list(qkv.parameters()), monkeypatch)
+    assert_epilogues_exact(results, TOL[dtype])
+    assert compile_counts()["attention_grad_stacks_folded"] == 1
+
+
+def test_stacked_attention_gradients_whose_rows_are_not_contiguous_are_stacked_after():
+    """A stack whose permutation moves the head dim off the last place cannot be written row by row: the
+    gradients are computed as usual and stacked, the same values."""
+    from torch_neuron.compile.epilogues import StackedAttentionGrads
+    from torch_neuron.ops import attention
+
+    torch.manual_seed(0)
+    q, k, v, go = (torch.randn(2, 3, 5, 8, device=DEV) for _ in range(4))
+    out, lse = attention.sdpa_forward(q, k, v, is_causal=True)[:2]
+    args = (go, q, k, v, None, [True, True, True, False], out, lse, None, None, 5, 5, 0.0, True, None, None)
+    grads = attention.sdpa_backward(*args)[:3]
+    for dim, perm in ((0, (1, 2, 3, 4, 0)), (0, (1, 3, 0, 2, 4)), (-1, (0, 1, 2, 4, 3))):
+        got = StackedAttentionGrads(dim, perm)(*args)
+        torch.testing.assert_close(got.cpu(), torch.stack(grads, dim).permute(perm).contiguous().cpu(), rtol=0, atol=0)
+
+
 def test_residual_adds_of_symbolic_shapes_stay_as_written():
     """With a dynamic batch the residual's reshape would need the graph's size symbols: the add stays an add."""
     torch.manual_seed(0)

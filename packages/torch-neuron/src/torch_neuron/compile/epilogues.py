@@ -14,6 +14,10 @@ to that, and the cast goes.
 Residual adds. ``x + view*(mm or addmm)`` (a residual connection after a projection, the product used only
 there, reshapes and plain clones only in between, ``x`` of the sum's shape) becomes one matmul kernel that adds
 ``x`` to each rounded output tile before storing it: the product never goes to HBM and back.
+
+Stacked attention gradients. A fused qkv projection split into heads gets its gradient as
+``clone(permute(stack([dq, dk, dv])))``: a copy of all three. The attention backward writes dq, dk and dv into
+the slices of that contiguous result instead (``sdpa_backward(targets=...)``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from ..ops import linalg, normalization
+from ..ops import attention, linalg, normalization
 from .patterns import only_user
 
 aten = torch.ops.aten
@@ -58,8 +62,10 @@ class LayerNormTo:
 
 
 def fold_epilogues(graph: fx.Graph) -> dict[str, int]:
-    """Fold the casts and residual adds of ``graph`` into their producers (in place); returns how many of each."""
-    return {"casts_folded": fold_casts(graph), "residual_adds_folded": fold_residual_adds(graph)}
+    """Fold the casts, residual adds and gradient stacks of ``graph`` into their producers (in place); returns how
+    many of each."""
+    return {"casts_folded": fold_casts(graph), "residual_adds_folded": fold_residual_adds(graph),
+            "attention_grad_stacks_folded": fold_stacked_attention_grads(graph)}
 
 
 def fold_casts(graph: fx.Graph) -> int:
@@ -208,3 +214,70 @@ def _reshaped(value, shape):
         return value
     with mode:
         return torch.empty(shape, dtype=value.dtype, device=value.device)
+
+
+_SDPA_BACKWARD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
+
+
+def fold_stacked_attention_grads(graph: fx.Graph) -> int:
+    """Write the gradients of every ``clone(permute(stack([dq, dk, dv])))`` of ``graph`` in place; returns how many."""
+    count = 0
+    for node in list(graph.nodes):
+        match = _stack_match(node)
+        if match is None:
+            continue
+        backward, items, stack, permute = match
+        dim = stack.args[1] if len(stack.args) > 1 else stack.kwargs.get("dim", 0)
+        with graph.inserting_before(node):
+            fused = graph.call_function(StackedAttentionGrads(dim, tuple(permute.args[1])), backward.args,
+                                        dict(backward.kwargs))
+        fused.meta["val"] = node.meta.get("val")
+        node.replace_all_uses_with(fused)
+        for n in [node, permute, stack, *items, backward]:
+            graph.erase_node(n)
+        count += 1
+    return count
+
+
+def _stack_match(node: fx.Node):
+    """(backward, its three getitems, stack, permute) of ``clone(permute(stack(backward's dq, dk, dv)))``."""
+    if not _is_plain_clone(node) or node.kwargs.get("memory_format") is torch.preserve_format:
+        return None
+    permute = node.args[0]
+    if not _is_call(permute, (aten.permute.default,)) or only_user(permute) is not node:
+        return None
+    stack = permute.args[0]
+    if not _is_call(stack, (aten.stack.default,)) or only_user(stack) is not permute or len(stack.args[0]) != 3:
+        return None
+    items = list(stack.args[0])
+    backward = items[0].args[0] if _is_call(items[0], (operator.getitem,)) else None
+    if not _is_call(backward, (_SDPA_BACKWARD,)) or set(backward.users) != set(items):
+        return None
+    if any(not _is_call(g, (operator.getitem,)) or g.args != (backward, i) or only_user(g) is not stack
+           for i, g in enumerate(items)):
+        return None
+    return backward, items, stack, permute
+
+
+class StackedAttentionGrads:
+    """The fused SDPA backward returning ``clone(permute(stack([dq, dk, dv], dim), perm))``, its gradients written
+    into that result's slices (a graph node's target; called with the backward's arguments)."""
+
+    __name__ = "sdpa_backward_stacked"
+
+    def __init__(self, dim: int, perm: tuple[int, ...]):
+        self.dim, self.perm = dim, perm
+
+    def __call__(self, *args, **kwargs):
+        q = args[1]
+        dim = self.dim % (q.dim() + 1)
+        shape = [*q.shape[:dim], 3, *q.shape[dim:]]
+        out = torch.empty([shape[i] for i in self.perm], dtype=q.dtype, device=q.device)
+        inverse = sorted(range(len(self.perm)), key=self.perm.__getitem__)
+        targets = out.permute(inverse).unbind(dim)
+        if all(t.stride(-1) == 1 for t in targets) and args[2].shape == q.shape == args[3].shape:
+            attention.sdpa_backward(*args, **kwargs, targets=targets)
+        else:  # rows not contiguous in the result: the gradients as usual, then the stack
+            grads = attention.sdpa_backward(*args, **kwargs)[:3]
+            out.copy_(torch.stack(grads, dim).permute(self.perm))
+        return out

@@ -164,7 +164,9 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
 
 @impl("_scaled_dot_product_fused_attention_overrideable_backward")
 def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
-                  max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+                  max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None, targets=None):
+    """aten's fused SDPA backward; ``targets`` (compiled graphs): dq, dk, dv written into these tensors (views with
+    contiguous rows, e.g. slices of the buffer a graph stacks the three gradients into), which are returned."""
     same_device(grad_out, q, k, v, out)
     if grad_input_mask[3] or dropout_p > 0.0:
         raise NotImplementedError("the neuron flash-attention backward gives no mask gradient and no dropout; "
@@ -176,14 +178,26 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     # a gradient in its input's layout where the input is dense (heads viewed out of a [B, S, H * D] projection:
     # [B, S, H, D] gradients, which the autograd of that view takes without a copy); else contiguous (heads split
     # or unbound from a fused qkv projection: its backward concatenates or stacks them, fastest from contiguous)
-    grads = [_written_in_place(t.shape, t.stride(), t, name, layouts, into) if is_non_overlapping_and_dense(t) else None
-             for t, name in ((q, "dq"), (k, "dk"), (v, "dv"))]
+    if targets is not None:
+        grads = [_target(g, t, name, layouts, into) for g, t, name in zip(targets, (q, k, v), ("dq", "dk", "dv"))]
+    else:
+        grads = [_written_in_place(t.shape, t.stride(), t, name, layouts, into) if is_non_overlapping_and_dense(t)
+                 else None for t, name in ((q, "dq"), (k, "dk"), (v, "dv"))]
     made = iter(run("scaled_dot_product_attention_backward", _kernels(q.shape[-2], skv)[1], *tensors,
                     contig(logsumexp).reshape(-1, q.shape[-2]), scale=scale, causal=bool(is_causal),
                     mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into))
     dq, dk, dv = (g if name in into else next(made).view(t.shape)
                   for g, name, t in zip(grads, ("dq", "dk", "dv"), (q, k, v)))
     return dq, dk, dv, None
+
+
+def _target(target: torch.Tensor, like: torch.Tensor, name: str, layouts: list, into: dict) -> torch.Tensor:
+    """``target`` as the kernel's argument ``name`` (written in place): ``like``'s shape and dtype, rows contiguous."""
+    if target.shape != like.shape or target.dtype != like.dtype or target.stride(-1) != 1:
+        raise ValueError(f"sdpa backward: {name} target must be {list(like.shape)} {like.dtype} with contiguous rows, "
+                         f"got {list(target.shape)} {target.dtype} strides {target.stride()}")
+    into[name] = _heads(target, name, layouts)
+    return target
 
 
 def _written_in_place(shape, strides, like: torch.Tensor, name: str, layouts: list, into: dict):
