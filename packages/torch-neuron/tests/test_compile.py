@@ -172,7 +172,8 @@ def test_each_graph_runs_as_one_device_program_overlapping_independent_kernels()
     got = compiled(*args)
     m = torch.neuron.metrics()
     assert m["programs"] == {"compiled inference graph": 1}  # its kernels ran, as one program
-    assert m["native"]["mm"] == 2 and regions() == 1
+    # two matmuls (one computing its sigmoid too: an activation epilogue), one region for relu and the add
+    assert m["native"]["mm"] == 1 and m["native"]["mm+act"] == 1 and regions() == 1
     graph_ns = m["device_ns_total"]
     torch.neuron.reset_metrics()
     want = f(*args)
@@ -554,6 +555,25 @@ def test_stacked_attention_gradients_whose_rows_are_not_contiguous_are_stacked_a
     for dim, perm in ((0, (1, 2, 3, 4, 0)), (0, (1, 3, 0, 2, 4)), (-1, (0, 1, 2, 4, 3))):
         got = StackedAttentionGrads(dim, perm)(*args)
         torch.testing.assert_close(got.cpu(), torch.stack(grads, dim).permute(perm).contiguous().cpu(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("act", [nn.GELU(), nn.GELU("tanh"), nn.SiLU(), nn.Sigmoid(), nn.Tanh()],
+                         ids=["gelu", "gelu_tanh", "silu", "sigmoid", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activations_after_a_projection_are_computed_by_the_matmul(act, dtype, monkeypatch):
+    """``act(proj(x))`` is one matmul kernel storing the product (the activation's backward reads it) and its
+    activation from the same tile: bit-identical to the unfolded graph and to eager, forward and backward."""
+    torch.manual_seed(0)
+    up, down = nn.Linear(16, 40).to(DEV), nn.Linear(40, 16, bias=False).to(DEV)
+
+    def f(x):
+        with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+            return down(act(up(x)))
+
+    x = torch.randn(3, 6, 16)
+    results = run_with_and_without_epilogues(f, lambda: [x], [*up.parameters(), *down.parameters()], monkeypatch)
+    assert_epilogues_exact(results, dict(rtol=0, atol=0))
+    assert compile_counts()["activations_folded"] == 1
 
 
 def test_residual_adds_of_symbolic_shapes_stay_as_written():

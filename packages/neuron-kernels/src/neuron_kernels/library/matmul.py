@@ -66,6 +66,7 @@ rate; linear 4096^3 96%.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -446,6 +447,8 @@ class _Epilogue:
     cache: dict = field(default_factory=dict)
     rounding: DType | None = None  # results round to this dtype before the store converts them to the output's
     residual: View | None = None  # HBM [F1, F2] added to the (rounded) result, in float32, before the store
+    act: Act | None = None  # a ScalarE activation of the (rounded) result, stored into act_out
+    act_out: View | None = None
 
 
 def _output(kname: str, shape, dt: DType, out_dtype) -> tuple[View, DType | None]:
@@ -733,6 +736,11 @@ class _Gemm(_IO):
             total = nl.ndarray((w1, w2), self.out.dtype, name="total")
             nisa.tensor_tensor(total, stage, res, Alu.add, engine=Engine.GPSIMD)
             stage = total
+        if epi.act is not None:  # the activation of the rounded result, as the activation op after it computes
+            post = nl.ndarray((w1, w2), epi.act_out.dtype, name="activated")
+            nisa.activation(post, epi.act, stage)
+            self.busy[Engine.SCALAR] += self._cost_ns(Engine.SCALAR, w2, post, stage)
+            self.store(epi.act_out[r0:r0 + w1, s0:s0 + w2], post)
         self.store(self.out[r0:r0 + w1, s0:s0 + w2], stage)
 
     def _bias(self, r0, w1, s0, w2):
@@ -798,11 +806,11 @@ def _gemm2d(kname, a: View, b: View, out: View, ta: bool, tb: bool, epi: _Epilog
         dst = _flat2(out, 1, M)
         if epi.bias is not None:
             r, c = epi.bias.shape
-            epi = _Epilogue(epi.alpha, epi.beta, _view(epi.bias, epi.bias.offset, ((c, 0 if c == 1 else 1),
-                                                                                 (r, 0 if r == 1 else 1))),
-                            rounding=epi.rounding, residual=epi.residual)
-        if epi.residual is not None:
-            epi = _Epilogue(epi.alpha, epi.beta, epi.bias, rounding=epi.rounding, residual=_flat2(epi.residual, 1, M))
+            epi = dataclasses.replace(epi, bias=_view(epi.bias, epi.bias.offset, ((c, 0 if c == 1 else 1),
+                                                                                (r, 0 if r == 1 else 1))))
+        if epi.residual is not None or epi.act_out is not None:
+            epi = dataclasses.replace(epi, residual=epi.residual and _flat2(epi.residual, 1, M),
+                                      act_out=epi.act_out and _flat2(epi.act_out, 1, M))
     prof = nl.profile()
     col_bias = epi.bias is not None and epi.beta != 0 and epi.bias.shape[1] == 1
     if transpose not in ("auto", *TUNABLES["transpose"]):
@@ -927,6 +935,24 @@ def _transpose_to_hbm(op: _Operand) -> _Operand:
     return _Operand(xt, True, K, F)
 
 
+# activations an epilogue applies: the ScalarE function of each (what the op's own kernel runs)
+ACTIVATIONS = {"gelu": Act.gelu, "gelu_tanh": Act.gelu_tanh, "silu": Act.silu, "sigmoid": Act.sigmoid,
+               "tanh": Act.tanh}
+
+
+def _activation(kname, epi: _Epilogue, activation, out: View) -> View | None:
+    """Set up ``epi`` to apply ``activation`` (None: nothing); returns the activation's HBM output."""
+    if activation is None:
+        return None
+    if activation not in ACTIVATIONS:
+        raise KernelError(f"{kname}: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+    if not out.dtype.is_float:
+        raise KernelError(f"{kname}: an activation needs a float result, not {out.dtype}")
+    epi.act = ACTIVATIONS[activation]
+    epi.act_out = nl.ndarray(tuple(out.shape), out.dtype, buffer=nl.hbm, name="activated")
+    return epi.act_out
+
+
 def _residual2d(kname, residual: View | None, M: int, N: int) -> View | None:
     if residual is None:
         return None
@@ -951,17 +977,19 @@ def _bias2d(kname, bias: View, M: int, N: int) -> View:
 
 @kernel(tunables=TUNABLES, version=2)
 def matmul(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_n=512, group=0, bufs=0,
-           transpose="auto", out_dtype=None, residual=None):
+           transpose="auto", out_dtype=None, residual=None, activation=None):
     """C = op(a) @ op(b); op(a) = a.T when ``transpose_a`` (a given [K, M]), op(b) = b.T when ``transpose_b``.
     ``out_dtype``: C rounded to the operands' dtype, then converted to this one (see _output). ``residual``:
     an [M, N] tensor added to the rounded C (in float32, rounded once to ``out_dtype``): a matmul and the add
-    after it (a residual connection) in one kernel."""
+    after it (a residual connection) in one kernel. ``activation`` (a name of ACTIVATIONS): also that function
+    of C, as its own kernel would compute it (one ScalarE activation of C), returned after C."""
     dt = _check_dtypes("matmul", a, b)
     m, _, n = _mk("matmul", a, b, transpose_a, transpose_b)
     out, rounding = _output("matmul", (m, n), dt, out_dtype)
     epi = _Epilogue(rounding=rounding, residual=_residual2d("matmul", residual, m, n))
+    act_out = _activation("matmul", epi, activation, out)
     _gemm2d("matmul", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs, transpose)
-    return out
+    return out if act_out is None else (out, act_out)
 
 
 @kernel(tunables=TUNABLES, version=2)
@@ -981,17 +1009,18 @@ def bmm(a, b, transpose_a=False, transpose_b=False, order="auto", block=0, tile_
 
 @kernel(tunables=TUNABLES, version=2)
 def addmm(bias, a, b, alpha=1.0, beta=1.0, transpose_a=False, transpose_b=False, order="auto", block=0,
-          tile_n=512, group=0, bufs=0, transpose="auto", out_dtype=None, residual=None):
+          tile_n=512, group=0, bufs=0, transpose="auto", out_dtype=None, residual=None, activation=None):
     """beta * bias + alpha * (op(a) @ op(b)); bias broadcasts to [M, N] ([N], [1, N], [M, 1], [M, N], []).
-    ``out_dtype``, ``residual``: as matmul's (the result rounded to the operands' dtype, then converted or
-    added to the residual)."""
+    ``out_dtype``, ``residual``, ``activation``: as matmul's (the result rounded to the operands' dtype,
+    then converted, added to the residual, activated)."""
     dt = _check_dtypes("addmm", a, b)
     m, _, n = _mk("addmm", a, b, transpose_a, transpose_b)
     out, rounding = _output("addmm", (m, n), dt, out_dtype)
     epi = _Epilogue(float(alpha), float(beta), _bias2d("addmm", bias, m, n), rounding=rounding,
                     residual=_residual2d("addmm", residual, m, n))
+    act_out = _activation("addmm", epi, activation, out)
     _gemm2d("addmm", a, b, out, transpose_a, transpose_b, epi, order, block, tile_n, group, bufs, transpose)
-    return out
+    return out if act_out is None else (out, act_out)
 
 
 @kernel(tunables=TUNABLES, version=2)

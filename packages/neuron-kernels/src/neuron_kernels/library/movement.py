@@ -58,7 +58,7 @@ from neuron_kernels.errors import KernelError
 from neuron_kernels.tensors import View
 from neuron_kernels.tracer import builder
 
-__all__ = ["as_strided_copy", "cat", "contiguous", "copy", "gather", "index_select", "permute", "scatter",
+__all__ = ["as_strided_copy", "cat", "contiguous", "copy", "gather", "index_select", "move", "permute", "scatter",
            "scatter_add", "transpose"]
 
 # Runs at least this long count as long: DMAs of them stream near full rate (each run is a descriptor
@@ -672,6 +672,14 @@ def copy(x, dtype=None):
     else:
         _move(_flat(out, 0, n), _flat(x, 0, n))
     return out
+
+
+def move(dst: View, src: View) -> None:
+    """In a kernel's trace: ``dst[...] = src[...]`` for two HBM views of one shape, float values cast as a DMA
+    casts them (round to nearest even through FP32): by DMAs alone, no engine work."""
+    if not (dst.dtype.is_float and src.dtype.is_float):
+        raise KernelError(f"move: float views only (a DMA's cast), got {src.dtype} -> {dst.dtype}")
+    _move(dst, src)
 
 
 def _permuted(x: View, perm, tile_bytes: int) -> View:

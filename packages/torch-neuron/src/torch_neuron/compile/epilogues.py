@@ -15,6 +15,10 @@ Residual adds. ``x + view*(mm or addmm)`` (a residual connection after a project
 there, reshapes and plain clones only in between, ``x`` of the sum's shape) becomes one matmul kernel that adds
 ``x`` to each rounded output tile before storing it: the product never goes to HBM and back.
 
+Activations. ``f(view*(mm or addmm))`` for f whose own kernel is one ScalarE activation (gelu, silu, sigmoid,
+tanh) becomes one matmul kernel storing the product (other nodes may read it: the activation's backward does)
+and f of it, computed from the same SBUF tile.
+
 Stacked attention gradients. A fused qkv projection split into heads gets its gradient as
 ``clone(permute(stack([dq, dk, dv])))``: a copy of all three. The attention backward writes dq, dk and dv into
 the slices of that contiguous result instead (``sdpa_backward(targets=...)``).
@@ -65,6 +69,7 @@ def fold_epilogues(graph: fx.Graph) -> dict[str, int]:
     """Fold the casts, residual adds and gradient stacks of ``graph`` into their producers (in place); returns how
     many of each."""
     return {"casts_folded": fold_casts(graph), "residual_adds_folded": fold_residual_adds(graph),
+            "activations_folded": fold_activations(graph),
             "attention_grad_stacks_folded": fold_stacked_attention_grads(graph)}
 
 
@@ -281,3 +286,58 @@ class StackedAttentionGrads:
             grads = attention.sdpa_backward(*args, **kwargs)[:3]
             out.copy_(torch.stack(grads, dim).permute(self.perm))
         return out
+
+
+_ACTIVATIONS = {aten.silu.default: "silu", aten.sigmoid.default: "sigmoid", aten.tanh.default: "tanh"}
+
+
+def fold_activations(graph: fx.Graph) -> int:
+    """Fold every activation of a matmul's output (through views) into the matmul (in place); returns how many."""
+    count = 0
+    for node in list(graph.nodes):
+        name = _activation_name(node)
+        chain, src = [], node.args[0] if name else None
+        while _is_view(src):
+            chain.append(src)
+            src = src.args[0]
+        if not _is_call(src, (aten.mm.default, aten.addmm.default)) or not isinstance(src.meta.get("val"),
+                                                                                      torch.Tensor):
+            continue
+        args = (*src.args[1:], src.args[0]) if src.target is aten.addmm.default else src.args
+        with graph.inserting_before(src):
+            fused = graph.call_function(MatmulAct(name), args, dict(src.kwargs))
+            pre = graph.call_function(operator.getitem, (fused, 0))
+            post = graph.call_function(operator.getitem, (fused, 1))
+        fused.meta["val"] = (src.meta["val"], src.meta["val"])
+        pre.meta["val"] = post.meta["val"] = src.meta["val"]
+        src.replace_all_uses_with(pre)
+        graph.erase_node(src)
+        with graph.inserting_before(node):  # the views again, on the activation
+            for view in reversed(chain):
+                post = graph.call_function(view.target, (post, *view.args[1:]), dict(view.kwargs))
+                post.meta["val"] = view.meta.get("val")
+        node.replace_all_uses_with(post)
+        graph.erase_node(node)
+        count += 1
+    return count
+
+
+def _activation_name(node: fx.Node) -> str | None:
+    if node.op != "call_function":
+        return None
+    if node.target is aten.gelu.default:
+        approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+        return "gelu" if approximate == "none" else "gelu_tanh" if approximate == "tanh" else None
+    return _ACTIVATIONS.get(node.target)
+
+
+class MatmulAct:
+    """``(p, f(p))`` of ``p = mm(a, b)`` or ``addmm(bias, a, b)`` as one kernel (a graph node's target); called as
+    (a, b[, bias])."""
+
+    def __init__(self, activation: str):
+        self.activation = activation
+        self.__name__ = f"matmul_{activation}"
+
+    def __call__(self, a, b, bias=None, **kwargs):
+        return linalg.gemm_act(a, b, bias, self.activation, **kwargs)

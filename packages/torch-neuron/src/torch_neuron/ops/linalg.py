@@ -15,6 +15,7 @@ integers; complex) runs on the CPU through ``run_on_cpu``, loudly.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import matmul, movement
@@ -100,6 +101,28 @@ def gemm_add(residual, a, b, bias=None, *, beta=1, alpha=1) -> torch.Tensor:
     out_dtype = torch.promote_types(residual.dtype, a.dtype)
     op = "mm+add" if bias is None else "addmm+add"  # not the plain ops' names: their fast path has no residual
     return _gemm(op, a, b, bias, alpha, beta, out_dtype=out_dtype, residual=residual.contiguous())
+
+
+def gemm_act(a, b, bias=None, activation: str = "gelu", *, beta=1, alpha=1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p, f(p))`` for ``p = mm(a, b)`` (``addmm(bias, a, b, ...)`` with a bias) and ``f`` the activation named
+    (matmul.ACTIVATIONS: the op's own kernel is that one ScalarE activation), in one kernel: a compiled graph's
+    activation after a matmul whose output is also kept (saved for the activation's backward)."""
+    plain = _native(a, b, bias) and a.dtype == b.dtype and (bias is None or bias.dtype == a.dtype)
+    if plain and a.shape[0] and b.shape[1] and a.shape[1] and alpha != 0:  # else as the ops (empty, BLAS alpha)
+        (x, ta), (y, tb) = _last2(a), _last2(b)
+        kw = dict(transpose_a=ta, transpose_b=tb, activation=activation)
+        if bias is None:
+            return tuple(execute("mm+act", prepared(matmul.matmul, (x, y), kw), (x, y), kw))
+        m, n = a.shape[0], b.shape[1]
+        args = (_bias2d(bias, m, n), x, y)
+        kw.update(alpha=float(alpha), beta=float(beta))
+        return tuple(execute("addmm+act", prepared(matmul.addmm, args, kw), args, kw))
+    product = mm(a, b) if bias is None else addmm(bias, a, b, beta=beta, alpha=alpha)
+    return product, _ACTIVATION_OPS[activation](product)
+
+
+_ACTIVATION_OPS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+                   "sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
 
 def addmm_to(bias, a, b, dtype: torch.dtype, *, beta=1, alpha=1) -> torch.Tensor:

@@ -29,6 +29,7 @@ from neuron_kernels import language as nl
 from neuron_kernels.errors import KernelError
 from neuron_kernels.jit import kernel
 from neuron_kernels.library import elementwise as ew
+from neuron_kernels.library import movement
 
 F32 = DType.float32
 _DTYPES = {torch.float32: DType.float32, torch.bfloat16: DType.bfloat16, torch.float16: DType.float16}
@@ -294,6 +295,8 @@ def foreach_formula(n: int, arity: int, scalars: bool):
         def body(**kw):
             expr, out_dtype, inplace = kw["expr"], kw["out_dtype"], kw["inplace"]
             firsts = [kw[f"x0_{i}"] for i in range(n)]
+            if _is_float_cast(expr, firsts, out_dtype) and arity == 1 and not (scalars or inplace):
+                return tuple(_cast(x, out_dtype) for x in firsts)  # one DMA each, in the given order
             order = sorted(range(n), key=lambda i: -_numel(firsts[i].shape))
             outs = [None] * n
             for i in order:
@@ -318,6 +321,21 @@ def foreach_formula(n: int, arity: int, scalars: bool):
         _FOREACH[key] = kernel(body, name=f"foreach_formula_{arity}x{n}{'_s' if scalars else ''}",
                                tunables={"tile_bytes": ew.TILE_BYTES})
     return _FOREACH[key]
+
+
+def _is_float_cast(expr, xs, out_dtype) -> bool:
+    """Whether the formula is its input (or its input rounded to the output dtype), cast between float dtypes
+    (autocast's weight casts): what a DMA does."""
+    out_dtype = DType.of(out_dtype)
+    return (expr in (("x", 0), ("round", str(out_dtype), ("x", 0))) and out_dtype.is_float
+            and all(x.dtype.is_float for x in xs))
+
+
+def _cast(x, out_dtype):
+    out = nl.ndarray(tuple(x.shape), out_dtype, buffer=nl.hbm, name="cast")
+    if _numel(x.shape):
+        movement.move(out, x)
+    return out
 
 
 def _numel(shape) -> int:
