@@ -103,10 +103,17 @@ def _short(node: fx.Node) -> str:
 
 
 def _subgraph(nodes, inputs, outputs):
-    """The region's nodes as their own GraphModule (the eager path)."""
+    """The region's nodes as their own graph, run eagerly when called (the eager path). Its GraphModule (code
+    generation and compilation of a Python function) is made at the first call: most regions never need it."""
     g = fx.Graph()
     env = {n: g.placeholder(f"x{i}") for i, n in enumerate(inputs)}
     for n in nodes:
         env[n] = g.node_copy(n, env.__getitem__)
     g.output(tuple(env[n] for n in outputs))
-    return fx.GraphModule(torch.nn.Module(), g)
+    module = []
+
+    def run(*xs):
+        if not module:
+            module.append(fx.GraphModule(torch.nn.Module(), g))
+        return module[0](*xs)
+    return run
