@@ -131,12 +131,14 @@ def _retarget(src: fx.Node, dtype: torch.dtype) -> bool:
     return False
 
 
-def _retyped(value, dtype: torch.dtype):
-    """The (fake) tensor ``value`` with another dtype: the metadata later passes read."""
+def _retyped(value, dtype: torch.dtype, shape=None):
+    """The (fake) tensor ``value`` with another dtype (and contiguous ``shape``): the metadata later passes read."""
     mode = getattr(value, "fake_mode", None)
     if not isinstance(value, torch.Tensor) or mode is None:
         return value
     with mode:
+        if shape is not None:
+            return torch.empty(shape, dtype=dtype, device=value.device)
         return torch.empty_strided(value.shape, value.stride(), dtype=dtype, device=value.device)
 
 
@@ -154,11 +156,11 @@ def fold_residual_adds(graph: fx.Graph) -> int:
         shape = list(product.meta["val"].shape)
         with graph.inserting_before(node):
             flat = graph.call_function(aten.reshape.default, (residual, shape))
-            flat.meta["val"] = _reshaped(residual.meta["val"], shape)
+            flat.meta["val"] = _retyped(residual.meta["val"], residual.meta["val"].dtype, shape)
             args = (flat, *product.args[1:], product.args[0]) if product.target is aten.addmm.default else \
                 (flat, *product.args)
             fused = graph.call_function(GemmAdd(), args, dict(product.kwargs))
-            fused.meta["val"] = _reshaped(node.meta["val"], shape)
+            fused.meta["val"] = _retyped(node.meta["val"], node.meta["val"].dtype, shape)
             out = fused
             for view in reversed(chain):  # the reshapes back to the sum's shape (a clone of a value used once: none)
                 if view.target is not aten.clone.default:
@@ -213,12 +215,6 @@ def _is_call(node, targets) -> bool:
     return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
 
 
-def _reshaped(value, shape):
-    mode = getattr(value, "fake_mode", None)
-    if not isinstance(value, torch.Tensor) or mode is None:
-        return value
-    with mode:
-        return torch.empty(shape, dtype=value.dtype, device=value.device)
 
 
 _SDPA_BACKWARD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
