@@ -58,11 +58,12 @@ def _bias2d(bias: torch.Tensor, m: int, n: int) -> torch.Tensor:
 
 
 def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True, out_dtype=None,
-          residual=None) -> torch.Tensor:
+          residual=None, activation=None):
     """beta * bias + alpha * (a @ b) for 2-D a [m, k], b [k, n] of one float dtype (bias optional).
     ``blas_alpha``: alpha == 0 ignores a and b as BLAS (and torch's GEMMs) do, NaN and inf included.
     ``out_dtype``: the result in a's dtype, then cast to this one (the kernel's store converts it).
-    ``residual``: a contiguous [m, n] tensor the result (in a's dtype) is added to, in ``out_dtype``."""
+    ``residual``: a contiguous [m, n] tensor the result (in a's dtype) is added to, in ``out_dtype``.
+    ``activation`` (matmul.ACTIVATIONS; m, n, k > 0 and alpha != 0): returns (result, its activation)."""
     m, k = a.shape
     n = b.shape[1]
     if out_dtype is not None and out_dtype != a.dtype:
@@ -71,6 +72,8 @@ def _gemm(op: str, a, b, bias=None, alpha=1.0, beta=1.0, blas_alpha=True, out_dt
         out_dtype, cast = a.dtype, {}
     if residual is not None:
         cast["residual"] = residual
+    if activation is not None:
+        cast["activation"] = activation
     if m == 0 or n == 0:
         return torch.empty((m, n), dtype=out_dtype, device=a.device)
     if k == 0 or (alpha == 0 and blas_alpha):  # no products: beta * bias (torch ignores bias when beta == 0)
@@ -109,14 +112,7 @@ def gemm_act(a, b, bias=None, activation: str = "gelu", *, beta=1, alpha=1) -> t
     activation after a matmul whose output is also kept (saved for the activation's backward)."""
     plain = _native(a, b, bias) and a.dtype == b.dtype and (bias is None or bias.dtype == a.dtype)
     if plain and a.shape[0] and b.shape[1] and a.shape[1] and alpha != 0:  # else as the ops (empty, BLAS alpha)
-        (x, ta), (y, tb) = _last2(a), _last2(b)
-        kw = dict(transpose_a=ta, transpose_b=tb, activation=activation)
-        if bias is None:
-            return tuple(execute("mm+act", prepared(matmul.matmul, (x, y), kw), (x, y), kw))
-        m, n = a.shape[0], b.shape[1]
-        args = (_bias2d(bias, m, n), x, y)
-        kw.update(alpha=float(alpha), beta=float(beta))
-        return tuple(execute("addmm+act", prepared(matmul.addmm, args, kw), args, kw))
+        return _gemm("mm+act" if bias is None else "addmm+act", a, b, bias, alpha, beta, activation=activation)
     product = mm(a, b) if bias is None else addmm(bias, a, b, beta=beta, alpha=alpha)
     return product, _ACTIVATION_OPS[activation](product)
 
@@ -163,13 +159,15 @@ def _signature(op: str, tensors, consts=()) -> tuple:
     return (op, *consts, *[(t.shape, t.stride(), t.dtype, t.get_device()) for t in tensors])
 
 
-def _launch(op: str, tensors, kernel, args, kwargs) -> torch.Tensor:
-    """Run ``kernel(*args, **kwargs)``; remember the launch for ``tensors``' signature when every argument is
-    a view at the address of the tensor in the same place (no operand was copied)."""
+def _launch(op: str, tensors, kernel, args, kwargs):
+    """Run ``kernel(*args, **kwargs)`` (its output, or a tuple of them); remember the launch for ``tensors``'
+    signature when every argument is a view at the address of the tensor in the same place (no operand was
+    copied)."""
     launch = prepared(kernel, args, kwargs)
     if op in _FAST_OPS and all(x.data_ptr() == t.data_ptr() for x, t in zip(args, tensors)):
         _FAST[_signature(op, tensors, _consts(kwargs))] = (launch, kwargs)
-    return execute(op, launch, args, kwargs)[0]
+    outs = execute(op, launch, args, kwargs)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _consts(kwargs) -> tuple:
