@@ -66,8 +66,8 @@ class LayerNormTo:
 
 
 def fold_epilogues(graph: fx.Graph) -> dict[str, int]:
-    """Fold the casts, residual adds and gradient stacks of ``graph`` into their producers (in place); returns how
-    many of each."""
+    """Fold the casts, residual adds, activations and attention gradient stacks of ``graph`` into their producers
+    (in place); returns how many of each."""
     return {"casts_folded": fold_casts(graph), "residual_adds_folded": fold_residual_adds(graph),
             "activations_folded": fold_activations(graph),
             "attention_grad_stacks_folded": fold_stacked_attention_grads(graph)}
@@ -81,7 +81,7 @@ def fold_casts(graph: fx.Graph) -> int:
         if dtype is None:
             continue
         chain, src = [], node.args[0]
-        while _is_view(src) and only_user(src) is not None:
+        while _is_call(src, _VIEWS) and only_user(src) is not None:
             chain.append(src)
             src = src.args[0]
         if only_user(src) is None or not _retarget(src, dtype):
@@ -108,10 +108,6 @@ def _cast_dtype(node: fx.Node) -> torch.dtype | None:
             and kw.get("device") in (None, value.device)
             and kw.get("memory_format") in (None, torch.preserve_format))
     return dtype if same and dtype != value.dtype else None
-
-
-def _is_view(node) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and node.target in _VIEWS
 
 
 def _retarget(src: fx.Node, dtype: torch.dtype) -> bool:
@@ -293,7 +289,7 @@ def fold_activations(graph: fx.Graph) -> int:
     for node in list(graph.nodes):
         name = _activation_name(node)
         chain, src = [], node.args[0] if name else None
-        while _is_view(src):
+        while _is_call(src, _VIEWS):
             chain.append(src)
             src = src.args[0]
         if not _is_call(src, (aten.mm.default, aten.addmm.default)) or not isinstance(src.meta.get("val"),
