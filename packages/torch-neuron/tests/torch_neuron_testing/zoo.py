@@ -14,6 +14,7 @@ import os
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +28,22 @@ BATCH, PROMPT, NEW_TOKENS = 2, 12, 4
 STAGES = ("forward", "backward", "generate")
 
 
+class StageResult:
+    """What the zoos' result dataclasses share: one status field per stage of ``stages``."""
+
+    stages: ClassVar[tuple[str, ...]]
+
+    @property
+    def passed(self) -> bool:
+        return all(getattr(self, s) == "pass" for s in self.stages)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
-class ZooResult:
+class ZooResult(StageResult):
+    stages: ClassVar[tuple[str, ...]] = STAGES
     arch: str
     forward: str = "not run"
     backward: str = "not run"
@@ -37,13 +52,6 @@ class ZooResult:
     reason: str = ""
     params: int = 0
     seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return all(getattr(self, s) == "pass" for s in STAGES)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class CpuReferenceError(Exception):

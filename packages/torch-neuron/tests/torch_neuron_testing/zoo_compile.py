@@ -15,7 +15,8 @@ from __future__ import annotations
 import copy
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -25,7 +26,8 @@ STAGES = ("forward", "backward")
 
 
 @dataclass
-class CompileResult:
+class CompileResult(zoo.StageResult):
+    stages: ClassVar[tuple[str, ...]] = STAGES
     arch: str
     forward: str = "not run"
     backward: str = "not run"
@@ -36,13 +38,6 @@ class CompileResult:
     graph_breaks: int = 0
     params: int = 0
     seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return all(getattr(self, s) == "pass" for s in STAGES)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 _STAGE_FNS = {"forward": zoo.stage_forward, "backward": zoo.stage_backward}
