@@ -150,3 +150,35 @@ def test_a_graph_schedule_is_addressed_by_its_kernels_and_buffer_sharing(tmp_pat
     assert run_graph(True, 3 * 4096) == first and len(entries()) == 1
     run_graph(False, 4096)
     assert len(entries()) == 2
+
+
+def test_a_kept_graph_is_timed_without_merging_it_and_traced_by_building_it(tmp_path, monkeypatch):
+    """A driver (process) finding a graph's schedule and timing kept by another reports the same times without
+    merging the programs; a trace of it merges them (once) and agrees."""
+    import neuron_hal.merge as merging
+    from neuron_hal import cache
+
+    monkeypatch.setattr(cache, "_root", tmp_path)
+
+    def run_graph(trace: bool):
+        drv = SimDriver(TRN2)
+        exp, sq = drv.load(0, unary("exp", Act.exp)), drv.load(0, unary("square", Act.square, offset=1024))
+        a, b, c = tensors(drv, 3)
+        drv.write(0, a, np.full((ROWS, COLS), 0.5, np.float32))
+        drv.begin_graph(0, 0)
+        drv.execute(0, exp, [a, b])
+        drv.execute(0, sq, [b, c])
+        report = drv.end_graph(0, 0, trace=trace)
+        np.testing.assert_array_equal(read(drv, c), np.square(np.exp(np.float32(0.5))) * np.ones((ROWS, COLS)))
+        return report
+
+    first = run_graph(False)
+    merged = []
+    monkeypatch.setattr(merging, "merge", lambda *a, **k: merged.append(1) or merge(*a, **k))
+    kept = run_graph(False)
+    assert not merged
+    assert (kept.program, kept.instructions, kept.device_ns, kept.engine_busy_ns, kept.engine_instructions,
+            kept.dma_bytes) == (first.program, first.instructions, first.device_ns, first.engine_busy_ns,
+                                first.engine_instructions, first.dma_bytes)
+    traced = run_graph(True)
+    assert merged == [1] and traced.trace and traced.device_ns == first.device_ns

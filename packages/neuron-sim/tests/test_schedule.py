@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from neuron_hal import AP, TRN2, Act, Alu, Engine, Program, TensorArg, isa
 from neuron_sim.driver import SimDriver
-from neuron_sim.schedule import candidate_orders, reordered, schedule
+from neuron_sim.schedule import candidate_orders, reordered, schedule, stored
 from neuron_sim.timing import prepare_timing, run_timing
 
 P, W = 32, 16  # partitions and float32 elements of a tile; tiles overlap at W // 2 steps
@@ -144,6 +144,10 @@ def test_a_stored_schedule_is_reused_by_content_address(tmp_path, monkeypatch):
     loaded, loaded_plan = schedule(program, TRN2, "k")
     assert loaded.instructions == searched.instructions
     assert run_timing(loaded_plan).end_ns == run_timing(plan).end_ns
+    kept, timed = stored("k", TRN2, len(program.instructions)).timing(5.0), run_timing(plan, 5.0)
+    assert (kept.start_ns, kept.end_ns, kept.engine_busy_ns, kept.engine_instructions, kept.dma_bytes) == \
+        (timed.start_ns, timed.end_ns, timed.engine_busy_ns, timed.engine_instructions, timed.dma_bytes)
+    assert stored("k", TRN2, len(program.instructions) + 1) is None  # not this program's order: a miss
     with np.testing.assert_raises(AssertionError):
         schedule(program, TRN2, "another key")
 
@@ -152,4 +156,5 @@ def test_a_stored_schedule_is_reused_by_content_address(tmp_path, monkeypatch):
     for torn in (entry.read_bytes()[:20], b"", np.save.__doc__.encode()[:64]):
         entry.write_bytes(torn)
         assert schedule(program, TRN2, "k")[0].instructions == searched.instructions
-        assert np.array_equal(np.sort(np.load(entry)), np.arange(len(program.instructions)))
+        assert np.array_equal(np.sort(stored("k", TRN2, len(program.instructions)).order),
+                              np.arange(len(program.instructions)))

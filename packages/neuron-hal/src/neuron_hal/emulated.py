@@ -120,6 +120,18 @@ class Loaded:
         return self.state
 
 
+@dataclass(frozen=True)
+class MergedGraph:
+    """A compiled graph's merged program as a driver is asked to load it: its content address (its kernels'
+    digests and how their tensors share buffers), name and instruction count, and how to build it. Merging is
+    the expensive part: a driver that kept under ``key`` what it needs need not build the program at all."""
+
+    key: str
+    name: str
+    instructions: int
+    build: Callable[[], Program]
+
+
 class EmulatedDriver(Driver):
     """Host-RAM HBM, an allocator, queues and validation; subclasses define how programs run."""
 
@@ -270,22 +282,25 @@ class EmulatedDriver(Driver):
         key = (tuple(map(id, programs)), which.tobytes(), (lo - starts[which]).tobytes(), (ends - starts).tobytes())
         hit = self._merged_cache.pop(key, None)
         if hit is None:
-            program, _ = merge.merge(programs, bindings, self.profile, f"graph of {len(programs)} programs")
             # valid by construction: its programs were validated at load, and merging keeps every access inside
             # its buffer and every on-chip footprint inside SBUF/PSUM (64-byte / bank aligned shifts). Not kept
             # in the digest-keyed load cache: there is one per graph and buffer layout.
+            name = f"graph of {len(programs)} programs"
             content = (self.profile.fingerprint, [p.digest for p in programs], *key[1:])
-            hit = self._load_merged(program, hashlib.sha256(repr(content).encode()).hexdigest())
+            hit = self._load_merged(MergedGraph(
+                hashlib.sha256(repr(content).encode()).hexdigest(), name, sum(len(p.instructions) for p in programs),
+                lambda: merge.merge(programs, bindings, self.profile, name)[0]))
         self._merged_cache[key] = hit  # most recent last: the oldest goes first
         while len(self._merged_cache) > GRAPH_CACHE_ENTRIES:
             del self._merged_cache[next(iter(self._merged_cache))]
         return hit, [int(s) for s in starts]
 
-    def _load_merged(self, program: Program, key: str) -> Loaded:
-        """A merged program ready to time; drivers with a cost model may reorder its instructions first (their
-        scheduler must keep every dependency: the values still come from the launches one by one). ``key``
-        addresses the program by content (its kernels' digests and how their tensors share buffers), cheaply:
-        for what a driver keeps about it across processes (``neuron_hal.cache``)."""
+    def _load_merged(self, graph: MergedGraph):
+        """A merged program ready for :meth:`_time` (a :class:`Loaded`, or what the driver's ``_time`` takes);
+        drivers with a cost model may reorder its instructions first (their scheduler must keep every
+        dependency: the values still come from the launches one by one), and keep what they derive under
+        ``graph.key`` across processes (``neuron_hal.cache``)."""
+        program = graph.build()
         return Loaded(program, self._prepare(program))
 
     def _bind(self, device: int, program: Program, args: Sequence[int]) -> tuple[list[int], list[int]]:

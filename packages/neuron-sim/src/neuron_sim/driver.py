@@ -8,12 +8,13 @@ programs whose results are not needed).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from neuron_hal.driver import ExecutionReport
-from neuron_hal.emulated import EmulatedDriver, Loaded
+from neuron_hal.emulated import EmulatedDriver, Loaded, MergedGraph
 from neuron_hal.isa import COMPUTE_ENGINES
 
-from .schedule import schedule
+from .schedule import Stored, schedule, stored
 from .timing import chrome_trace, prepare_timing, run_timing
 from .values import CoreMemory, run_values
 
@@ -37,22 +38,28 @@ class SimDriver(EmulatedDriver):
     def _prepare(self, program):
         return prepare_timing(program, self.profile)
 
-    def _load_merged(self, program, key):
-        return Loaded(*schedule(program, self.profile, key))  # a compiled graph's instructions, scheduled as a whole
+    def _load_merged(self, graph: MergedGraph):
+        known = stored(graph.key, self.profile, graph.instructions)
+        if known is not None:  # scheduled and timed by an earlier process: the program is built only for a trace
+            return _Known(graph, known)
+        return Loaded(*schedule(graph.build(), self.profile, graph.key))  # the instructions reordered as a whole
 
     def estimate(self, device, loaded):
         self._device(device)
-        return self._report(device, loaded, run_timing(loaded.prepared(), 0.0), False)
+        return self._timed(device, loaded, 0.0, False)
 
-    def _report(self, device, loaded, timing, trace):
+    def _timed(self, device, loaded: Loaded, start_ns, trace):
         program = loaded.program
-        report = ExecutionReport(
-            program.name, device, 0, timing.start_ns, timing.end_ns, len(program.instructions),
-            dict(timing.engine_busy_ns), dict(timing.engine_instructions), self._clocks, timing.dma_bytes,
-        )
+        timing = run_timing(loaded.prepared(), start_ns, want_events=trace)
+        report = self._report(device, program.name, len(program.instructions), timing)
         if trace:
             report.trace = chrome_trace(program, loaded.prepared(), timing, device)
         return report
+
+    def _report(self, device, name, instructions, timing):
+        return ExecutionReport(name, device, 0, timing.start_ns, timing.end_ns, instructions,
+                               dict(timing.engine_busy_ns), dict(timing.engine_instructions), self._clocks,
+                               timing.dma_bytes)
 
     def _values(self, device, loaded, addresses):
         if self.values:
@@ -63,4 +70,24 @@ class SimDriver(EmulatedDriver):
                 core.repoison()  # every program starts from poisoned SBUF/PSUM, as after a fresh load
 
     def _time(self, device, loaded, start_ns, trace):
-        return self._report(device, loaded, run_timing(loaded.prepared(), start_ns, want_events=trace), trace)
+        if isinstance(loaded, _Known):
+            if not trace:
+                graph = loaded.graph
+                return self._report(device, graph.name, graph.instructions, loaded.stored.timing(start_ns))
+            loaded = loaded.loaded(self.profile)
+        return self._timed(device, loaded, start_ns, trace)
+
+
+@dataclass
+class _Known:
+    """A merged program whose schedule and timing the cache kept: its times come from there; the program (merged,
+    in the kept order) and its timing plan are built the first time a trace needs its instructions."""
+
+    graph: MergedGraph
+    stored: Stored
+    _loaded: Loaded | None = None
+
+    def loaded(self, profile) -> Loaded:
+        if self._loaded is None:
+            self._loaded = Loaded(*schedule(self.graph.build(), profile, self.graph.key))
+        return self._loaded

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import zipfile
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -22,7 +24,7 @@ from neuron_hal.cache import cache_dir, sources_digest, write_atomic
 from neuron_hal.profiles import Profile
 from neuron_hal.program import Program
 
-from .timing import TimingPlan, _successors, prepare_timing, run_timing
+from .timing import ENGINE_NAMES, TimingPlan, TimingResult, _successors, prepare_timing, run_timing
 
 # The exact dependency pass keeps per-tensor state for every instruction (each its own stream): programs beyond
 # this many (instructions x tensors) keep their launch order rather than take that memory (an implementation
@@ -32,15 +34,24 @@ EXACT_STATE_MAX = 1 << 23
 
 def schedule(program: Program, profile: Profile, key: str | None = None) -> tuple[Program, TimingPlan]:
     """The fastest of ``program`` and its list-scheduled reorderings, with its timing plan. ``key``: the program's
-    content address; the chosen order is kept under it in the cache directory (``neuron_hal.cache``), so another
-    process loading the same graph skips the search."""
+    content address; the chosen order and its timing are kept under it in the cache directory
+    (``neuron_hal.cache``), so another process loading the same graph skips the search (and, through
+    :func:`stored`, the program)."""
     path = _stored(key, profile)
-    order = _load_order(path, len(program.instructions))
-    if order is not None:
-        program = program if _is_identity(order) else reordered(program, order)
+    entry = _load(path, len(program.instructions))
+    if entry is not None:
+        program = program if _is_identity(entry.order) else reordered(program, entry.order)
         return program, prepare_timing(program, profile)
     if len(program.instructions) * max(len(program.args), 1) > EXACT_STATE_MAX:
-        return program, prepare_timing(program, profile)
+        best = (program, prepare_timing(program, profile), np.arange(len(program.instructions)))
+    else:
+        best = _search(program, profile)
+    if path is not None:
+        _save(path, best[2], run_timing(best[1]))
+    return best[0], best[1]
+
+
+def _search(program: Program, profile: Profile) -> tuple[Program, TimingPlan, np.ndarray]:
     plan = prepare_timing(program, profile, exact=True)
     best = (run_timing(plan).end_ns, program, plan, np.arange(plan.n))
     for order in candidate_orders(plan, profile):
@@ -51,9 +62,29 @@ def schedule(program: Program, profile: Profile, key: str | None = None) -> tupl
         ns = run_timing(candidate_plan).end_ns
         if ns < best[0]:
             best = (ns, candidate, candidate_plan, order)
-    if path is not None:
-        _save_order(path, best[3])
-    return best[1], best[2]
+    return best[1:]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the cache keeps of a scheduled program: its instruction order and the timing of one run."""
+
+    order: np.ndarray
+    duration_ns: float
+    engine_busy_ns: dict[str, float]
+    engine_instructions: dict[str, int]
+    dma_bytes: int
+
+    def timing(self, start_ns: float) -> TimingResult:
+        """The run starting at ``start_ns`` (timing is shift-invariant: see ``run_timing``)."""
+        return TimingResult(float(start_ns), float(start_ns) + self.duration_ns, dict(self.engine_busy_ns),
+                            dict(self.engine_instructions), self.dma_bytes)
+
+
+def stored(key: str | None, profile: Profile, instructions: int) -> Stored | None:
+    """The kept schedule and timing of the ``instructions``-long program with content address ``key``, if an
+    earlier :func:`schedule` (in any process) kept them."""
+    return _load(_stored(key, profile), instructions)
 
 
 def _is_identity(order: np.ndarray) -> bool:
@@ -61,33 +92,43 @@ def _is_identity(order: np.ndarray) -> bool:
 
 
 def _stored(key: str | None, profile: Profile):
-    """Where the order of the program with content address ``key`` is kept (the scheduler's and the timing
-    model's sources are part of the address: the choice depends on them), or None without a cache directory."""
+    """Where the schedule of the program with content address ``key`` is kept (the scheduler's and the timing
+    model's sources are part of the address: the choice and the timing depend on them), or None without a cache
+    directory."""
     root = cache_dir()
     if key is None or root is None:
         return None
     code = sources_digest("neuron_hal", "neuron_sim")
     name = hashlib.sha256(repr((key, profile.fingerprint, code)).encode()).hexdigest()[:40]
-    return root / "schedules" / f"{name}.npy"
+    return root / "schedules" / f"{name}.npz"
 
 
-def _load_order(path, n: int) -> np.ndarray | None:
-    """A stored order, if there is one and it is a permutation of the program's ``n`` instructions (a torn or
-    foreign file is a miss: it is computed and written again)."""
+_TRACKS = (*ENGINE_NAMES, "dma")  # the order of the stored per-engine figures
+
+
+def _load(path, n: int) -> Stored | None:
+    """A kept entry, if there is one, its order is a permutation of the program's ``n`` instructions and its
+    figures are whole (a torn or foreign file is a miss: it is computed and written again)."""
     if path is None:
         return None
     try:
-        order = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
+        with np.load(path, allow_pickle=False) as f:
+            order, figures, counts = f["order"], f["figures"], f["counts"]
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
         return None
-    if order.shape != (n,) or order.dtype.kind != "i" or not np.array_equal(np.sort(order), np.arange(n)):
+    if (order.shape != (n,) or order.dtype.kind != "i" or not np.array_equal(np.sort(order), np.arange(n))
+            or figures.shape != (len(_TRACKS) + 1,) or counts.shape != (len(_TRACKS) + 1,)):
         return None
-    return order.astype(np.int64)
+    return Stored(order.astype(np.int64), float(figures[0]), dict(zip(_TRACKS, map(float, figures[1:]))),
+                  dict(zip(_TRACKS, map(int, counts[1:]))), int(counts[0]))
 
 
-def _save_order(path, order: np.ndarray) -> None:
+def _save(path, order: np.ndarray, timing: TimingResult) -> None:
+    figures = [timing.device_ns, *(timing.engine_busy_ns[t] for t in _TRACKS)]
+    counts = [timing.dma_bytes, *(timing.engine_instructions[t] for t in _TRACKS)]
     buf = io.BytesIO()
-    np.save(buf, np.asarray(order, np.int32), allow_pickle=False)
+    np.savez(buf, order=np.asarray(order, np.int32), figures=np.array(figures, np.float64),
+             counts=np.array(counts, np.int64))
     try:
         write_atomic(path, buf.getvalue())
     except OSError:  # a read-only or full cache directory costs the search again, nothing else

@@ -7,7 +7,7 @@ The directory is ``$TORCH_NEURON_COMPILE_CACHE``, else ``~/.cache/torch-neuron/p
 keeps traces in the process. Hits, misses and writes are counted in ``torch.neuron.metrics()["compile"]``.
 Compiled graphs are kept under its ``graphs`` directory (``compile.aot_cache``), so a warm process skips
 AOTAutograd too; the driver keeps what it derives from a graph's merged program there (``neuron_hal.cache``: the
-sim's instruction schedule, under ``schedules``).
+sim's instruction schedule and its timing, under ``schedules``, so a warm process does not even merge the graph).
 """
 
 from __future__ import annotations
