@@ -20,9 +20,8 @@ from .fusion import external_inputs, horizontal_groups, outputs, partition
 from .region import ForeachRegion, FusedRegion
 
 
-def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
-    """Rewrite ``gm`` in place; returns it and its fused regions."""
-    graph = gm.graph
+def fuse(graph: fx.Graph) -> list[FusedRegion | ForeachRegion]:
+    """Rewrite ``graph`` in place; returns its fused regions. The caller generates the graph's code once, after."""
     _reshape_views(graph)
     for name, folded in fold_epilogues(graph).items():
         if folded:
@@ -47,8 +46,7 @@ def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[FusedRegion]]:
     for nodes in horizontal_groups(graph):
         fused.append(_replace_group(graph, nodes))
     graph.lint()
-    gm.recompile()
-    return gm, fused
+    return fused
 
 
 def _replace_group(graph: fx.Graph, nodes: list[fx.Node]) -> ForeachRegion:

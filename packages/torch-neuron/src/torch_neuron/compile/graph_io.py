@@ -56,13 +56,14 @@ def dump(gm: fx.GraphModule) -> GraphData:
                            for n in gm.graph.nodes))
 
 
-def load(data: GraphData) -> fx.GraphModule:
-    """The graph ``dump`` wrote, its values fake tensors again."""
+def load(data: GraphData) -> tuple[torch.nn.Module, fx.Graph]:
+    """The graph ``dump`` wrote, its values fake tensors again, and the module holding its constants (a
+    GraphModule of them is the caller's to make: its code is generated once, after the graph compiler)."""
     with unset_fake_temporarily():
         return _load(data)
 
 
-def _load(data: GraphData) -> fx.GraphModule:
+def _load(data: GraphData) -> tuple[torch.nn.Module, fx.Graph]:
     graph, env, mode, root = fx.Graph(), {}, FakeTensorMode(), torch.nn.Module()
     for op, name, target, args, kwargs, value in data.nodes:
         args, kwargs = _resolve(args, env), _resolve(kwargs, env)
@@ -77,7 +78,7 @@ def _load(data: GraphData) -> fx.GraphModule:
             node = graph.create_node(op, _function(target), args, kwargs, name)
         node.meta["val"] = _fake(value, mode)
         env[name] = node
-    return fx.GraphModule(root, graph)
+    return root, graph
 
 
 def _target(n: fx.Node, gm: fx.GraphModule):

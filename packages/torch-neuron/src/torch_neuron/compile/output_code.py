@@ -27,10 +27,12 @@ from .graph import fuse
 log = logging.getLogger("torch_neuron.compile")
 
 
-def build(kind: str, gm: torch.fx.GraphModule, devices: tuple[int, ...]):
-    """``gm`` through the graph compiler, as a boxed callable whose every call is one device program."""
+def build(kind: str, root: torch.nn.Module, graph: torch.fx.Graph, devices: tuple[int, ...]):
+    """``graph`` (its constants in ``root``) through the graph compiler, as a boxed callable whose every call is
+    one device program."""
     program_cache.enable()  # the directory the environment names now
-    gm, regions = fuse(gm)
+    regions = fuse(graph)
+    gm = torch.fx.GraphModule(root, graph)  # its code generated once, for the fused graph
     record_compile(f"{kind}_graphs")
     record_compile("fused_regions", len(regions))
     eager = sum(1 for n in gm.graph.nodes if n.op == "call_function") - len(regions)
@@ -61,7 +63,7 @@ class NeuronOutputCode(OutputCode):
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
         if self.run is None:
-            self.run = build(self.kind, graph_io.load(self.graph), self.devices)
+            self.run = build(self.kind, *graph_io.load(self.graph), self.devices)
 
     def set_triton_bundle(self, triton_bundle) -> None:
         pass  # no Triton kernels
@@ -76,5 +78,5 @@ def compiler(kind: str) -> SerializableAOTDispatchCompiler:
             data, why = None, f"{type(e).__name__}: {e}"
         devices = devices_of(example_inputs)
         return NeuronOutputCode(kind=kind, devices=devices, graph=data, unserializable=why,
-                                run=build(kind, gm, devices))
+                                run=build(kind, gm, gm.graph, devices))
     return SerializableAOTDispatchCompiler(NeuronOutputCode, compile_graph)
