@@ -32,6 +32,7 @@ import torch
 import torch.fx as fx
 
 from ..ops import attention, linalg, normalization
+from .graph_io import fake_tensor
 from .patterns import only_user
 
 aten = torch.ops.aten
@@ -132,10 +133,9 @@ def _retyped(value, dtype: torch.dtype, shape=None):
     mode = getattr(value, "fake_mode", None)
     if not isinstance(value, torch.Tensor) or mode is None:
         return value
-    with mode:
-        if shape is not None:
-            return torch.empty(shape, dtype=dtype, device=value.device)
-        return torch.empty_strided(value.shape, value.stride(), dtype=dtype, device=value.device)
+    if shape is None:
+        return fake_tensor(mode, value.shape, value.stride(), dtype, value.device)
+    return fake_tensor(mode, shape, torch._prims_common.make_contiguous_strides_for(shape), dtype, value.device)
 
 
 _RESHAPES = frozenset({aten.reshape.default, aten.view.default, aten._unsafe_view.default})

@@ -143,15 +143,20 @@ def _value(v):
     return v if type(v) in _CONSTANTS else None
 
 
+def fake_tensor(mode: FakeTensorMode, shape, stride, dtype: torch.dtype, device: torch.device,
+                offset: int = 0) -> FakeTensor:
+    """A fake tensor of this metadata: a meta tensor wrapped as one on ``device`` (what the mode itself does for a
+    factory call, without dispatching one)."""
+    meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if offset:
+        extent = offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
+        meta = torch.empty(extent, dtype=dtype, device="meta").as_strided(shape, stride, offset)
+    return FakeTensor(mode, meta, device)
+
+
 def _fake(v, mode: FakeTensorMode):
-    """A fake tensor of the value's metadata: a meta tensor wrapped as one on the value's device (what the mode
-    itself does for a factory call, without dispatching one per node)."""
     if isinstance(v, _Tensor):
-        meta = torch.empty_strided(v.shape, v.stride, dtype=v.dtype, device="meta")
-        if v.offset:
-            extent = v.offset + 1 + sum((n - 1) * s for n, s in zip(v.shape, v.stride) if n > 0)
-            meta = torch.empty(extent, dtype=v.dtype, device="meta").as_strided(v.shape, v.stride, v.offset)
-        return FakeTensor(mode, meta, v.device)
+        return fake_tensor(mode, v.shape, v.stride, v.dtype, v.device, v.offset)
     if isinstance(v, tuple):
         return tuple(_fake(x, mode) for x in v)
     return v
