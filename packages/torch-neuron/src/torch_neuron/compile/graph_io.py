@@ -11,6 +11,7 @@ with subgraphs, modules) raises ``Unserializable``: that graph is compiled each 
 from __future__ import annotations
 
 import operator
+import pickle
 from dataclasses import dataclass
 
 import torch
@@ -47,13 +48,25 @@ class _Constant:
 
 @dataclass(frozen=True)
 class GraphData:
-    nodes: tuple  # (op, name, target, args, kwargs, value) per node, in graph order; a get_attr's target a _Constant
+    """The nodes pickled: (op, name, target, args, kwargs, value) per node, in graph order; a get_attr's target a
+    _Constant. Kept as bytes (one object, untraced by the garbage collector) by the compiled graph that holds it,
+    rather than as thousands of small objects every full collection walks."""
+
+    blob: bytes
+
+    @property
+    def nodes(self) -> tuple:
+        return pickle.loads(self.blob)
 
 
 def dump(gm: fx.GraphModule) -> GraphData:
     """``gm``'s graph as data; raises ``Unserializable``."""
-    return GraphData(tuple((n.op, n.name, _target(n, gm), _arg(n.args), _arg(n.kwargs), _value(n.meta.get("val")))
-                           for n in gm.graph.nodes))
+    nodes = tuple((n.op, n.name, _target(n, gm), _arg(n.args), _arg(n.kwargs), _value(n.meta.get("val")))
+                  for n in gm.graph.nodes)
+    try:
+        return GraphData(pickle.dumps(nodes, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception as e:  # noqa: BLE001 - a constant pickle refuses
+        raise Unserializable(f"{type(e).__name__}: {e}") from None
 
 
 def load(data: GraphData) -> tuple[torch.nn.Module, fx.Graph]:
