@@ -257,7 +257,7 @@ def _wview(wrow, p: int, k: int, c0: int, w: int):
     return view(wrow, wrow.offset + c0, (wrow[0:p].dims[0], (k, 0), (w, 1), (1, 1)))
 
 
-def _weight_row(ctx: Ctx, weight, C: int):
+def weight_row(ctx: Ctx, weight, C: int):
     """weight broadcast on every partition [P, C] fp32 and its total W on every partition [P, 1]."""
     P = ctx.P
     wrow = tile((P, C), F32, "wrow")
@@ -297,7 +297,7 @@ def _plan(ctx: Ctx, N: int, C: int, itemsize: int, budget: int):
     return k, _min(E, ctx.prof.free_size_max, ctx.prof.free_stride_max)
 
 
-def _scalar_out(out):
+def scalar_out(out):
     return view(out, out.offset, ((1, 1), (1, 1)))
 
 
@@ -317,13 +317,13 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
         if reduction != "none":
             t = tile((1, 1), F32, "empty")
             nisa.memset(t, float("nan") if reduction == "mean" else 0.0, engine=V)
-            ctx.store(_scalar_out(out), t)
+            ctx.store(scalar_out(out), t)
         return out
     P = ctx.P
     k, E = _plan(ctx, N, C, logits.dtype.itemsize, tile_kib * 1024)
     wrow = W = None
     if weight is not None and eps > 0:
-        wrow, W = _weight_row(ctx, weight, C)
+        wrow, W = weight_row(ctx, weight, C)
     acc = None
     if reduction != "none":
         acc = tile((P, 2), F32, "acc")  # [sum of losses, denominator]
@@ -417,7 +417,7 @@ def cross_entropy(logits, target, weight=None, ignore_index=-100, reduction="mea
             nisa.tensor_tensor(res, tot[:, 0:1], tot[:, 1:2], Alu.divide, engine=V)
         else:
             nisa.tensor_copy(res, tot[:, 0:1], engine=V)
-        ctx.store(_scalar_out(out), res)
+        ctx.store(scalar_out(out), res)
     return out
 
 
@@ -440,7 +440,7 @@ def cross_entropy_backward(grad_output, logits, target, weight=None, ignore_inde
     k, E = _plan(ctx, N, C, logits.dtype.itemsize, tile_kib * 1024)
     wrow = W = None
     if weight is not None and eps > 0:
-        wrow, W = _weight_row(ctx, weight, C)
+        wrow, W = weight_row(ctx, weight, C)
     gs = None  # the per-row grad scale for "sum"/"mean", on every partition
     if reduction != "none":
         gs = tile((P, 1), F32, "gs")

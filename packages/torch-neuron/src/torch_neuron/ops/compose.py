@@ -12,7 +12,6 @@ from .common import contig, write_out
 from .launch import run
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-INT32_MIN = -(2**31)
 
 
 def ew(op: str, kernel, *args, **kwargs) -> torch.Tensor:
@@ -42,19 +41,6 @@ def index32(t: torch.Tensor, op: str) -> torch.Tensor:
         return torch.empty(t.shape, dtype=torch.int32, device=t.device)
     w = _words(t, op)
     return ew(op, elementwise.where, w[1], -1, w[0]).view(t.shape)  # high word set: negative or >= 2**32
-
-
-def int32_or(t: torch.Tensor, bad: int, op: str) -> torch.Tensor:
-    """An int64 tensor as int32: values that fit keep their value, others become ``bad``. A value fits
-    iff its high word is the sign extension of its low word."""
-    if t.dtype == torch.int32:
-        return contig(t)
-    if t.numel() == 0:
-        return torch.empty(t.shape, dtype=torch.int32, device=t.device)
-    w = _words(t, op)
-    sign = ew(op, elementwise.bitwise_right_shift, w[0], 31)  # arithmetic shift of a signed word
-    wide = ew(op, elementwise.ne, w[1], sign)
-    return ew(op, elementwise.where, wide, bad, w[0]).view(t.shape)
 
 
 def write_outs(outs, results) -> tuple:

@@ -1,112 +1,95 @@
 """``nll_loss_forward``/``_backward`` and their 2-d forms (what ``cross_entropy`` reaches after
-``log_softmax``), composed from gather/scatter, elementwise and reduce kernels.
+``log_softmax``): one device program each (:mod:`neuron_kernels.library.nll`).
 
-nll_loss on ``self`` [N, C, *] (or [C]) and int64 ``target`` [N, *]: the target is converted to int32
-exactly (:func:`.compose.int32_or`; a value outside int32 becomes a sentinel that is neither
-``ignore_index`` nor a class, so the device's bounds check rejects it as torch rejects it), ignored
-entries are pointed at class 0 for the gather and masked out with ``where`` (so a NaN or inf in the
-class-0 column of an ignored row cannot leak into the loss), then
-``loss_i = -w[t_i] * self[i, t_i]``, ``total_weight = sum_i w[t_i]`` over kept entries, reduced as
-torch does ("mean": sum / total_weight, nan when every entry is ignored). The backward scatters
-``-w[t_i] * grad (/ total_weight)`` into zeros at the same places.
+``self`` [N, C, *] (or [C]) and int64 ``target`` [N, *] go to the kernels as [N, C, D] / [N, D] views
+(D = 1 for the plain [N, C] case; a [C] input is one row, where torch's "none" behaves as "sum"). The
+kernels read the int64 target as int32 word pairs; a target that is out of range, negative or does not fit
+int32 (and is not ``ignore_index``) makes the program fail its indirect-DMA bounds check, raised here as the
+IndexError torch raises. What the kernels cannot take (other dtypes, uint8 targets, mismatched shapes, which
+torch rejects with its own errors) runs on the CPU.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from neuron_hal import ProgramError
-from neuron_kernels.library import elementwise, movement, reduce
+from neuron_kernels.library import nll
 
-from .checks import zeros
 from .common import contig, write_out
-from .compose import FLOATS, INT32_MIN, const, ew, int32_or, same_device, write_outs
+from .compose import FLOATS, same_device, write_outs
 from .launch import run
 from .oncpu import on_cpu
 from .registry import impl
 
 aten = torch.ops.aten
 NONE, MEAN, SUM = 0, 1, 2
+NAMES = ("none", "mean", "sum")
 
 
-def _nll_native(self, target, weight, ignore_index) -> bool:
-    return (self.dtype in FLOATS and target.dtype == torch.int64 and self.dim() >= 1
-            and (weight is None or weight.dtype == self.dtype) and -(2**31) < ignore_index < 2**31
-            and target.dim() == max(self.dim() - 1, 0))
+def _native(self, target, weight, reduction, ignore_index) -> bool:
+    if not (self.dtype in FLOATS and target.dtype == torch.int64 and self.dim() >= 1
+            and reduction in (NONE, MEAN, SUM) and -(2**31) <= ignore_index < 2**31):
+        return False
+    C = self.shape[1] if self.dim() > 1 else self.shape[0]
+    want = (self.shape[:1] + self.shape[2:]) if self.dim() > 1 else ()
+    return (target.shape == want and C >= 1 and self.numel() < 2**30
+            and (weight is None or (weight.dtype == self.dtype and weight.shape == (C,))))
 
 
-def _targets(op: str, self, target, ignore_index):
-    """(class index int32 shaped like self with dim 1 of size 1, keep mask bool shaped like target)."""
-    bad = INT32_MIN if ignore_index != INT32_MIN else INT32_MIN + 1
-    t32 = int32_or(target, bad, op)
-    keep = ew(op, elementwise.ne, t32, int(ignore_index))
-    safe = ew(op, elementwise.where, keep, t32, 0)
-    return safe.unsqueeze(1 if self.dim() > 1 else 0), keep
+def _flat(self, target):
+    """(logp [N, C] or [N, C, D], target [N] or [N, D]) as the kernels take them."""
+    if self.dim() == 1:
+        return contig(self).view(1, -1), contig(target).view(1)
+    if self.dim() == 2:
+        return contig(self), contig(target)
+    N, C, D = self.shape[0], self.shape[1], math.prod(self.shape[2:])
+    return contig(self).view(N, C, D), contig(target).view(N, D)
 
 
-def _gather(op: str, x, dim: int, index):
+def _reduction(self, reduction: int) -> str:
+    return "sum" if self.dim() == 1 and reduction == NONE else NAMES[reduction]
+
+
+def _launch(op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:
     try:
-        return run(op, movement.gather, x, dim, index)[0]
+        return run(op, kernel, *args, **kwargs)
     except ProgramError as e:
         if "bounds" not in str(e):
             raise
-        raise IndexError(f"{op}: a target is out of bounds (valid: 0..{x.shape[dim] - 1} or ignore_index)") from e
-
-
-def _class_weights(op: str, weight, safe, keep, dtype):
-    """w[t_i] where kept, else 0, shaped like the target."""
-    if weight is None:
-        return run(op, movement.copy, keep, dtype)[0]
-    flat = _gather(op, contig(weight), 0, safe.reshape(-1)).view(keep.shape)
-    return ew(op, elementwise.where, keep, flat, 0.0)
+        raise IndexError(f"{op}: a target is out of bounds (valid: 0..C-1 or ignore_index)") from e
 
 
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     same_device(self, target, weight)
     op = "nll_loss_forward" if self.dim() <= 2 else "nll_loss2d_forward"
-    if not _nll_native(self, target, weight, ignore_index) or reduction not in (NONE, MEAN, SUM):
+    if not _native(self, target, weight, reduction, ignore_index):
         cpu = aten.nll_loss_forward.default if self.dim() <= 2 else aten.nll_loss2d_forward.default
         return on_cpu(cpu, self, target, weight, reduction, ignore_index)
-    if target.numel() == 0:
-        total = const((), 0, self.dtype, self.device)
-        if reduction == NONE:
-            return torch.empty(target.shape, dtype=self.dtype, device=self.device), total
-        return const((), float("nan") if reduction == MEAN else 0.0, self.dtype, self.device), total
-    safe, keep = _targets(op, self, target, ignore_index)
-    picked = _gather(op, contig(self), 1 if self.dim() > 1 else 0, safe).view(target.shape)
-    w = _class_weights(op, weight, safe, keep, self.dtype)
-    loss = ew(op, elementwise.where, keep, ew(op, elementwise.mul, picked, w), 0.0)
-    loss = ew(op, elementwise.neg, loss)
-    if reduction == NONE:
-        return loss, const((), 0, self.dtype, self.device)
-    total = run(op, reduce.sum, w, (), False)[0]
-    summed = run(op, reduce.sum, loss, (), False)[0]
-    return (summed if reduction == SUM else ew(op, elementwise.div, summed, total)), total
+    lp, t = _flat(self, target)
+    w = None if weight is None else contig(weight)
+    loss, total = _launch(op, nll.nll_loss, lp, t, w, ignore_index=int(ignore_index),
+                          reduction=_reduction(self, reduction))
+    return (loss.view(target.shape) if loss.dim() else loss), total
 
 
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     same_device(self, grad_output, target, weight, total_weight)
     op = "nll_loss_backward" if self.dim() <= 2 else "nll_loss2d_backward"
-    if (not _nll_native(self, target, weight, ignore_index) or reduction not in (NONE, MEAN, SUM)
-            or grad_output.dtype != self.dtype or total_weight.dtype != self.dtype):
+    red = _reduction(self, reduction) if reduction in (NONE, MEAN, SUM) else None
+    if (not _native(self, target, weight, reduction, ignore_index) or grad_output.dtype != self.dtype
+            or total_weight.dtype != self.dtype or total_weight.numel() != 1
+            or (grad_output.shape != target.shape if red == "none" else grad_output.numel() != 1)):
         cpu = aten.nll_loss_backward.default if self.dim() <= 2 else aten.nll_loss2d_backward.default
         return on_cpu(cpu, grad_output, self, target, weight, reduction, ignore_index, total_weight)
-    grad = zeros(op, self.shape, self.dtype, self.device)
-    if target.numel() == 0:
-        return grad
-    safe, keep = _targets(op, self, target, ignore_index)
-    w = _class_weights(op, weight, safe, keep, self.dtype)
-    g = contig(grad_output)
-    if reduction == MEAN:
-        g = ew(op, elementwise.div, g, contig(total_weight))
-    vals = ew(op, elementwise.neg, ew(op, elementwise.where, keep, ew(op, elementwise.mul, w, g), 0.0))
-    dim = 1 if self.dim() > 1 else 0
-    try:
-        return run(op, movement.scatter, grad, dim, safe, vals.unsqueeze(dim))[0]
-    except ProgramError as e:
-        if "bounds" not in str(e):
-            raise
-        raise IndexError(f"{op}: a target is out of bounds") from e
+    lp, t = _flat(self, target)
+    g = contig(grad_output).view(t.shape if red == "none" else ())
+    w = None if weight is None else contig(weight)
+    grad = _launch(op, nll.nll_loss_backward, g, lp, t, w, contig(total_weight).view(()),
+                   ignore_index=int(ignore_index), reduction=red)[0]
+    return grad.view(self.shape)
 
 
 def _nll_forward_out(self, target, weight, reduction, ignore_index, *, output, total_weight):
