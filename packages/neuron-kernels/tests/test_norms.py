@@ -247,6 +247,76 @@ def test_grad_weight_needs_a_weight():
         rms_norm_backward.trace(spec, spec, TensorSpec((8, 1), nl.float32))
 
 
+# ---- grad_input epilogue: a residual added, a cast written --------------------------------------
+def bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def check_epilogue(dy, x, w, centered, residual, cast):
+    """The backward with residual/cast_dtype against the plain backward, then the add (float32, rounded once to
+    grad_input's dtype) and the cast (round to nearest even) in numpy: the same bits; the other grads unchanged."""
+    dx_ref, _, _, m, r, scale = norm_bwd_ref(dy, x, w, centered, 1e-5)
+    m, r = np.float32(m), np.float32(r)
+    if centered:
+        mask = (True, w is not None, True)
+        plain = layer_norm_backward(dy, x, m, r, w, output_mask=mask)
+        fused = layer_norm_backward(dy, x, m, r, w, output_mask=mask, residual=residual, cast_dtype=cast)
+    else:
+        mask = (True, w is not None)
+        plain = rms_norm_backward(dy, x, r, w, output_mask=mask)
+        fused = rms_norm_backward(dy, x, r, w, output_mask=mask, residual=residual, cast_dtype=cast)
+    plain = list(plain) if isinstance(plain, tuple) else [plain]
+    fused = list(fused) if isinstance(fused, tuple) else [fused]
+    close(plain[0], dx_ref, x.dtype, scale=scale)
+    expect = plain[0] if residual is None else \
+        (plain[0].astype(np.float32) + residual.astype(np.float32)).astype(x.dtype)
+    got = fused.pop(0)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    np.testing.assert_array_equal(bits(got), bits(expect))
+    if cast is not None:
+        got = fused.pop(0)
+        assert got.dtype == np.dtype(cast) and got.shape == x.shape
+        np.testing.assert_array_equal(bits(got), bits(expect.astype(cast)))
+    assert len(fused) == len(plain) - 1
+    for a, b in zip(fused, plain[1:]):
+        np.testing.assert_array_equal(bits(a), bits(b))
+
+
+CASTS = st.sampled_from([None, np.float32, BF16, np.float16])
+
+
+@SETTINGS
+@given(st.integers(1, 300), st.integers(1, 200), DTYPES, DTYPES, CASTS, st.booleans(), st.booleans(), st.booleans(),
+       st.integers(0, 2**16))
+def test_backward_adds_a_residual_and_writes_a_cast(rows, d, dtype, res_dtype, cast, has_res, has_w, centered, seed):
+    rng = np.random.default_rng(seed)
+    x, dy = data(rng, (rows, d), dtype, loc=1.0, scale=2.0), data(rng, (rows, d), dtype)
+    w = data(rng, (d,), dtype) if has_w else None
+    residual = data(rng, (rows, d), res_dtype) if has_res or cast is None else None
+    check_epilogue(dy, x, w, centered, residual, cast)
+
+
+@pytest.mark.parametrize("rows,d,dtype,res_dtype,cast", [(130, 9000, np.float32, np.float32, BF16),
+                                                         (3, 20000, BF16, np.float32, np.float16)])
+def test_backward_epilogue_of_long_rows_in_column_chunks(rows, d, dtype, res_dtype, cast):
+    rng = np.random.default_rng(d)
+    x, dy, w = data(rng, (rows, d), dtype), data(rng, (rows, d), dtype), data(rng, (d,), dtype)
+    check_epilogue(dy, x, w, True, data(rng, (rows, d), res_dtype), cast)
+
+
+def test_backward_epilogue_errors():
+    spec, stat = TensorSpec((8, 4), nl.float32), TensorSpec((8, 1), nl.float32)
+    with pytest.raises(KernelError, match=r"residual \[8, 5\] must have input's shape \[8, 4\]"):
+        layer_norm_backward.trace(spec, spec, stat, stat, residual=TensorSpec((8, 5), nl.float32))
+    with pytest.raises(KernelError, match="residual is int32"):
+        rms_norm_backward.trace(spec, spec, stat, residual=TensorSpec((8, 4), nl.int32))
+    with pytest.raises(KernelError, match="cast_dtype is int32"):
+        rms_norm_backward.trace(spec, spec, stat, cast_dtype=nl.int32)
+    with pytest.raises(KernelError, match=r"output_mask\[0\] turns off"):
+        layer_norm_backward.trace(spec, spec, stat, stat, TensorSpec((4,), nl.float32),
+                                  output_mask=(False, True, True), cast_dtype=nl.bfloat16)
+
+
 # ---- group_norm --------------------------------------------------------------------------------
 GN_SHAPES = st.sampled_from([(2, 8, 25, 4), (3, 6, 7, 3), (4, 64, 100, 32), (2, 260, 9, 1), (2, 300, 3, 2),
                              (3, 130, 4, 65), (130, 2, 3, 1), (1, 4, 1, 2), (5, 32, 16, 8)])

@@ -435,15 +435,19 @@ def test_casts_fuse_and_device_transfers_do_not():
         torch.testing.assert_close(g.cpu(), e, **TOL[torch.float32])
 
 
-def run_with_and_without_epilogues(f, make_inputs, params, monkeypatch) -> list[list[torch.Tensor]]:
+def run_with_and_without_epilogues(f, make_inputs, params, monkeypatch, fold: str = "") -> list[list[torch.Tensor]]:
     """[eager, compiled without epilogue folding, compiled] results of f(*inputs) and the gradients of its inputs
-    and ``params`` for a sum of squares: the folding must not change a bit of what the graph computes."""
+    and ``params`` for a sum of squares: the folding must not change a bit of what the graph computes. ``fold``:
+    the name of the one fold (a function of compile.epilogues) turned off for "without", else all of them."""
+    from torch_neuron.compile import epilogues
     from torch_neuron.compile import graph as compile_graph
 
     results = []
     for mode in ("eager", "unfolded", "folded"):
         with monkeypatch.context() as m:
-            if mode == "unfolded":
+            if mode == "unfolded" and fold:
+                m.setattr(epilogues, fold, lambda graph: 0)
+            elif mode == "unfolded":
                 m.setattr(compile_graph, "fold_epilogues", lambda graph: {})
             torch._dynamo.reset()
             run = f if mode == "eager" else torch.compile(f, backend="neuron")
@@ -574,6 +578,90 @@ def test_activations_after_a_projection_are_computed_by_the_matmul(act, dtype, m
     results = run_with_and_without_epilogues(f, lambda: [x], [*up.parameters(), *down.parameters()], monkeypatch)
     assert_epilogues_exact(results, dict(rtol=0, atol=0))
     assert compile_counts()["activations_folded"] == 1
+
+
+class PreNormMLP(nn.Module):
+    """Two pre-norm residual MLP blocks and a final norm: each norm's input gradient is added to the residual
+    stream's."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(3))
+        self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)) for _ in range(2))
+
+    def forward(self, x):
+        for norm, mlp in zip(self.norms, self.mlps):
+            x = x + mlp(norm(x))
+        return self.norms[-1](x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", ["prenorm_mlp", "gpt_block"])
+def test_norm_gradient_adds_and_casts_are_written_by_the_norm_backward(model, dtype, monkeypatch):
+    """The residual stream's gradient plus each layer norm's input gradient, and the cast of the sum (autocast), are
+    written by the norm backward's kernel: bit-identical to the graph with the add and cast as written, and to
+    eager within tolerance (compiled and eager differ where autocast's casts are placed, see the residual test)."""
+    torch.manual_seed(0)
+    net = (PreNormMLP(32) if model == "prenorm_mlp" else Block(GPTConfig(n_embd=32, n_head=4))).to(DEV)
+
+    def f(x):
+        with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+            return net(x)
+
+    x = torch.randn(3, 8, 32)
+    results = run_with_and_without_epilogues(f, lambda: [x], list(net.parameters()), monkeypatch,
+                                             fold="fold_norm_grad_adds")
+    assert_epilogues_exact(results, TOL[dtype])
+    # two adds (one per block); under autocast the final norm's gradient is cast too (prenorm_mlp)
+    expect = 3 if model == "prenorm_mlp" and dtype is torch.bfloat16 else 2
+    assert compile_counts()["norm_grad_adds_folded"] == expect
+
+
+def test_norm_gradient_adds_of_symbolic_shapes_are_folded():
+    """The add has the norm's shape, no reshape to spell out: with a dynamic batch it still goes into the backward."""
+    torch.manual_seed(0)
+    net = PreNormMLP(16).to(DEV)
+    f = torch.compile(net, backend="neuron", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4, 16, device=DEV)
+        xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        f(xc).square().sum().backward()
+        grads_c = [xc.grad, *(p.grad.clone() for p in net.parameters())]
+        net.zero_grad()
+        net(xe).square().sum().backward()
+        for gc, ge in zip(grads_c, [xe.grad, *(p.grad for p in net.parameters())]):
+            torch.testing.assert_close(gc.cpu(), ge.cpu(), **TOL[torch.float32])
+        net.zero_grad()
+    assert compile_counts()["norm_grad_adds_folded"] == 2
+
+
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+
+
+# (grad_input's dtype, the residual's or None, the cast's or None)
+@pytest.mark.parametrize("dtypes", [(F32, F32, BF16), (BF16, BF16, None), (F16, F32, F32), (F32, None, F16)])
+@pytest.mark.parametrize("shape", [(2, 5, 7), (0, 3, 4), (3, 1, 1)])
+def test_norm_backward_with_a_residual_and_a_cast_equals_the_op_then_the_add_then_the_cast(dtypes, shape):
+    """The kernel's epilogue, and the op's own add and cast where the kernel cannot take them (another residual
+    dtype: type promotion; no rows)."""
+    from torch_neuron.ops import normalization
+
+    dtype, res_dtype, cast = dtypes
+    d = shape[-1]
+    x, go = (torch.randn(shape, dtype=dtype).to(DEV) for _ in range(2))
+    w, b = torch.randn(d, dtype=dtype).to(DEV), torch.randn(d, dtype=dtype).to(DEV)
+    residual = None if res_dtype is None else torch.randn(shape, dtype=res_dtype).to(DEV)
+    _, mean, rstd = torch.native_layer_norm(x, [d], w, b, 1e-5)
+    args = (go, x, [d], mean, rstd, w, b, [True, True, True])
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(*args)
+    total = dx if residual is None else residual + dx
+    expect = [total, None if cast is None else total.to(cast), dw, db]
+    got = normalization.layer_norm_backward(*args, residual=residual, cast_dtype=cast)
+    for g, e in zip(got, expect, strict=True):
+        assert (g is None) == (e is None)
+        if g is not None:
+            assert g.dtype == e.dtype
+            torch.testing.assert_close(g.cpu(), e.cpu(), rtol=0, atol=0)
 
 
 def test_residual_adds_of_symbolic_shapes_stay_as_written():

@@ -814,12 +814,15 @@ class _ColAcc:
                 nisa.dma_copy(dst[full * P:d].reshape(1, d % P), rows[full - g0:full - g0 + 1, :d % P])
 
 
-def _norm_backward(centered: bool, dy, x, mean, rstd, weight, mask, rows_per_tile: int):
-    """grad_input, grad_weight, grad_bias (``centered``: layer_norm) of ``out = xhat * weight (+ bias)``
-    with ``xhat = (x - mean) * rstd`` (rms_norm: ``x * rstd``)."""
+def _norm_backward(centered: bool, dy, x, mean, rstd, weight, mask, rows_per_tile: int, residual=None,
+                   cast_dtype=None):
+    """grad_input (+ residual, and its cast), grad_weight, grad_bias (``centered``: layer_norm) of
+    ``out = xhat * weight (+ bias)`` with ``xhat = (x - mean) * rstd`` (rms_norm: ``x * rstd``)."""
     name = "layer_norm_backward" if centered else "rms_norm_backward"
-    for nm_, t in (("grad_out", dy), ("input", x), ("weight", weight), ("rstd", rstd), ("mean", mean)):
+    for nm_, t in (("grad_out", dy), ("input", x), ("weight", weight), ("rstd", rstd), ("mean", mean),
+                   ("residual", residual)):
         _check_float(nm_, t)
+    cdt = _grad_epilogue(name, x, mask, residual, cast_dtype)
     if tuple(dy.shape) != tuple(x.shape):
         raise KernelError(f"{name}: grad_out {list(dy.shape)} and input {list(x.shape)} differ")
     x2, rows, d = _rows_2d(x)
@@ -834,9 +837,10 @@ def _norm_backward(centered: bool, dy, x, mean, rstd, weight, mask, rows_per_til
         raise KernelError(f"{name}: grad_weight requested (output_mask[1]) without a weight")
     pdtype = weight.dtype if weight is not None else dy.dtype
     dx = nl.ndarray(x.shape, x.dtype, buffer=nl.hbm, name="grad_input") if want_dx else None
+    cast = nl.ndarray(x.shape, cdt, buffer=nl.hbm, name="grad_input_cast") if cdt is not None else None
     dw = nl.ndarray((d,), pdtype, buffer=nl.hbm, name="grad_weight") if want_dw else None
     db = nl.ndarray((d,), pdtype, buffer=nl.hbm, name="grad_bias") if want_db else None
-    outs = tuple(o for o in (dx, dw, db) if o is not None)
+    outs = tuple(o for o in (dx, cast, dw, db) if o is not None)
     if not outs:
         raise KernelError(f"{name}: output_mask {tuple(mask)} asks for nothing")
     if d == 0:
@@ -847,11 +851,40 @@ def _norm_backward(centered: bool, dy, x, mean, rstd, weight, mask, rows_per_til
     if want_db:
         accs["b"] = _ColAcc(d, "db")
     if rows:
-        _norm_backward_rows(centered, dy2, x2, mean, rstd, weight, dx, accs, rows, d, rows_per_tile)
+        dxs = None if dx is None else _GradOut(dx.reshape(rows, d), _2d(residual, rows, d), _2d(cast, rows, d))
+        _norm_backward_rows(centered, dy2, x2, mean, rstd, weight, dxs, accs, rows, d, rows_per_tile)
     for key, dst in (("w", dw), ("b", db)):
         if key in accs:
             accs[key].store(dst)
     return outs
+
+
+def _grad_epilogue(name: str, x: View, mask, residual: View | None, cast_dtype):
+    """Check the grad_input epilogue (a residual added, a cast written); returns the cast's DType or None."""
+    if (residual is not None or cast_dtype is not None) and not mask[0]:
+        raise KernelError(f"{name}: residual and cast_dtype apply to grad_input, which output_mask[0] turns off")
+    if residual is not None and tuple(residual.shape) != tuple(x.shape):
+        raise KernelError(f"{name}: residual {list(residual.shape)} must have input's shape {list(x.shape)}")
+    if cast_dtype is None:
+        return None
+    cdt = DType.of(cast_dtype)
+    if cdt not in _FLOATS:
+        raise KernelError(f"{name}: cast_dtype is {cdt}; it must be float32, bfloat16 or float16")
+    return cdt
+
+
+def _2d(t: View | None, rows: int, d: int) -> View | None:
+    return None if t is None else t.reshape(rows, d)
+
+
+class _GradOut:
+    """Where grad_input goes ([rows, D] HBM views): ``dx`` (x's dtype; ``residual`` added to each rounded tile
+    in float32, rounded once to dx's dtype: the add after the backward) and ``cast`` (the stored values in
+    another dtype, converted by a second store DMA: the cast after it)."""
+
+    def __init__(self, dx: View, residual: View | None, cast: View | None):
+        self.dx, self.residual, self.cast = dx, residual, cast
+        self.dtype = dx.dtype
 
 
 # backward: float32 tiles per element of a resident row slot (xhat, g -> gs, q -> gx) and the pipeline lag
@@ -865,12 +898,14 @@ def _norm_backward_rows(centered, dy2, x2, mean, rstd, weight, dx, accs, rows, d
     vecs = [weight] if weight is not None else []
     places = _places(d, vecs, reserved_banks=len(accs) * _ColAcc.banks(d))
     isz = max(x2.dtype.itemsize, dy2.dtype.itemsize)
-    io = (x2.dtype, dy2.dtype, dx.dtype if dx is not None else None)
+    res = dx.residual if dx is not None else None
+    # the residual is one more whole row tile per row tile (the sum is written over the dx tile, in place)
+    io = (x2.dtype, dy2.dtype, dx.dtype if dx is not None else None) + ((res.dtype,) if res is not None else ())
     k = _RowKernel(rows, d, io, _BWD_F32_TILES, rows_per_tile, "stream" in places, depth=DEPTH["bwd"][isz],
                    reserve=_reserve(d, vecs, places))
     P, q, bal, chunks = k.P, k.q, k.bal, k.chunks
     wb = _make_bcasts(P, (("w", weight),), places).get("w")
-    dx2 = dx.reshape(rows, d) if dx is not None else None
+    dx2 = dx.dx if dx is not None else None
     rstd2 = rstd.reshape(rows, 1)
     mean2 = mean.reshape(rows, 1) if centered else None
     nch = len(chunks)
@@ -959,6 +994,8 @@ def _norm_backward_rows(centered, dy2, x2, mean, rstd, weight, dx, accs, rows, d
             gx = nl.ndarray((t.np, n), nl.float32, name="gx")
             _tt(bal, gx, g, xh, nl.multiply)
         _rowsum(bal.pick({ACT: n, VEC: n, POOL: n}), ctx["sums"][:, 1, ci:ci + 1], gx, k.junk)
+        if res is not None and j == 0 and ci == 0:  # loaded two stages before its add: alive no longer than that
+            k.load_rows(t, "r", res, res.dtype)
         return xh, gs
 
     def totals(slot, ctx):
@@ -996,12 +1033,16 @@ def _norm_backward_rows(centered, dy2, x2, mean, rstd, weight, dx, accs, rows, d
         _scale_shift(eng, tt_, xh, c1, c0_)
         return gs, tt_
 
-    def f_e(slot, ctx, ci, item):  # dx = gs + t
+    def f_e(slot, ctx, ci, item):  # dx = gs + t (rounded), + residual (rounded again), stored and cast
         t, j = slot
         gs, tt_ = item
         o = k.out_chunk(t, j, ci, "o", dx2.dtype)
         _tt(bal, o, gs, tt_, nl.add)
+        if res is not None:  # in place: the rounded dx is read once, by this add
+            _tt(bal, o, o, k.chunk_in(t, t.rows(res), j, ci, "r", res.dtype), nl.add)
         k.store_chunk(t, j, ci, "o", dx2, o)
+        if dx.cast is not None:
+            k.store_chunk(t, j, ci, "o", dx.cast, o)
 
     if dx2 is None:
         k.run([((f_a, f_b), None)], lag=2)
@@ -1011,25 +1052,32 @@ def _norm_backward_rows(centered, dy2, x2, mean, rstd, weight, dx, accs, rows, d
 
 @_kernel(tunables={"rows_per_tile": (0, 1, 2)})
 def layer_norm_backward(grad_out, input, mean, rstd, weight=None, output_mask=(True, True, True),  # noqa: A002
-                        rows_per_tile=0):
+                        rows_per_tile=0, residual=None, cast_dtype=None):
     """torch ``native_layer_norm_backward`` over the last dim.
 
     ``mean``/``rstd`` are the forward's (any float dtype, one value per row). Returns the outputs that
     ``output_mask`` asks for, in order: ``grad_input`` (input's dtype), ``grad_weight`` and
     ``grad_bias`` (``[D]``, the weight's dtype, else grad_out's). grad_weight needs a weight.
+
+    With grad_input: ``residual`` (input's shape, any float dtype) is added to it, as an add after the
+    backward computes it (grad_input rounded to its dtype, the sum in float32 rounded once to it); ``cast_dtype``
+    adds an output right after grad_input: the same values converted to that dtype (round to nearest even).
     """
-    return _norm_backward(True, grad_out, input, mean, rstd, weight, tuple(output_mask), rows_per_tile)
+    return _norm_backward(True, grad_out, input, mean, rstd, weight, tuple(output_mask), rows_per_tile,
+                          residual, cast_dtype)
 
 
 @_kernel(tunables={"rows_per_tile": (0, 1, 2)})
-def rms_norm_backward(grad_out, input, rstd, weight=None, output_mask=(True, True), rows_per_tile=0):  # noqa: A002
+def rms_norm_backward(grad_out, input, rstd, weight=None, output_mask=(True, True), rows_per_tile=0,  # noqa: A002
+                      residual=None, cast_dtype=None):
     """torch ``_fused_rms_norm_backward`` over the last dim.
 
     ``rstd`` is the forward's (any float dtype, one value per row). Returns the outputs that
     ``output_mask`` asks for, in order: ``grad_input`` (input's dtype) and ``grad_weight`` (``[D]``, the
-    weight's dtype). grad_weight needs a weight.
+    weight's dtype). grad_weight needs a weight. ``residual``, ``cast_dtype``: as layer_norm_backward's.
     """
-    return _norm_backward(False, grad_out, input, None, rstd, weight, tuple(output_mask), rows_per_tile)
+    return _norm_backward(False, grad_out, input, None, rstd, weight, tuple(output_mask), rows_per_tile,
+                          residual, cast_dtype)
 
 
 # ---------------------------------------------------------------------------------------------

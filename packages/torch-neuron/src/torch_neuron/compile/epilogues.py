@@ -19,6 +19,12 @@ Activations. ``f(view*(mm or addmm))`` for f whose own kernel is one ScalarE act
 tanh) becomes one matmul kernel storing the product (other nodes may read it: the activation's backward does)
 and f of it, computed from the same SBUF tile.
 
+Norm gradients. In a pre-norm residual network each block's backward adds its layer norm's input gradient to
+the residual stream's gradient, ``s = r + getitem(native_layer_norm_backward(...), 0)`` (``r`` of the same shape
+and dtype, defined before the backward, the gradient used only there), and autocast casts ``s`` (or the first
+backward's gradient itself) for the next matmuls. The backward's kernel adds ``r`` to each rounded gradient tile
+and writes the cast as a second output: the gradient never goes to HBM and back.
+
 Stacked attention gradients. A fused qkv projection split into heads gets its gradient as
 ``clone(permute(stack([dq, dk, dv])))``: a copy of all three. The attention backward writes dq, dk and dv into
 the slices of that contiguous result instead (``sdpa_backward(targets=...)``).
@@ -30,6 +36,7 @@ import operator
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..ops import attention, linalg, normalization
 from .graph_io import fake_tensor
@@ -67,10 +74,10 @@ class LayerNormTo:
 
 
 def fold_epilogues(graph: fx.Graph) -> dict[str, int]:
-    """Fold the casts, residual adds, activations and attention gradient stacks of ``graph`` into their producers
-    (in place); returns how many of each."""
+    """Fold the casts, residual adds, norm gradient adds and casts, activations and attention gradient stacks of
+    ``graph`` into their producers (in place); returns how many of each."""
     return {"casts_folded": fold_casts(graph), "residual_adds_folded": fold_residual_adds(graph),
-            "activations_folded": fold_activations(graph),
+            "norm_grad_adds_folded": fold_norm_grad_adds(graph), "activations_folded": fold_activations(graph),
             "attention_grad_stacks_folded": fold_stacked_attention_grads(graph)}
 
 
@@ -211,6 +218,85 @@ def _is_call(node, targets) -> bool:
     return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
 
 
+
+_LN_BACKWARD = aten.native_layer_norm_backward.default
+
+
+class LayerNormBackwardAdd:
+    """``native_layer_norm_backward`` whose grad_input gets a residual added (the node's ninth argument, when
+    given) and/or a cast to ``cast_dtype``, as one kernel (a graph node's target); returns (grad_input [+ residual],
+    its cast or None, grad_weight, grad_bias)."""
+
+    def __init__(self, cast_dtype: torch.dtype | None):
+        self.cast_dtype = cast_dtype
+        to = "" if cast_dtype is None else "_to_" + str(cast_dtype).removeprefix("torch.")
+        self.__name__ = f"native_layer_norm_backward_add{to}"
+
+    def __call__(self, *args):
+        residual = args[8] if len(args) > 8 else None
+        return normalization.layer_norm_backward(*args[:8], residual=residual, cast_dtype=self.cast_dtype)
+
+
+def fold_norm_grad_adds(graph: fx.Graph) -> int:
+    """Fold the add of a residual to each layer-norm backward's grad_input, and the cast of the sum (or of
+    grad_input), into the backward (in place); returns how many backwards took an add or a cast."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    count = 0
+    for node in list(graph.nodes):
+        match = _norm_grad_match(node, order)
+        if match is None:
+            continue
+        items, add, residual, cast = match
+        dx, values = items[0], node.meta.get("val")
+        node.target = LayerNormBackwardAdd(None if cast is None else cast.kwargs["dtype"])
+        node.args = node.args[:8] + ((residual,) if add is not None else ())
+        for index, item in items.items():  # grad_weight and grad_bias move one place on, after the cast
+            if index:
+                item.args = (node, index + 1)
+        if add is not None:  # grad_input is the sum now
+            dx.meta["val"] = add.meta["val"]
+            add.replace_all_uses_with(dx)
+            graph.erase_node(add)
+        if cast is not None:
+            with graph.inserting_before(cast):
+                cast_item = graph.call_function(operator.getitem, (node, 1))
+            cast_item.meta["val"] = cast.meta.get("val")
+            cast.replace_all_uses_with(cast_item)
+            graph.erase_node(cast)
+        if isinstance(values, tuple):
+            node.meta["val"] = (dx.meta["val"], None if cast is None else cast_item.meta["val"], *values[1:])
+        count += 1
+    return count
+
+
+def _norm_grad_match(node: fx.Node, order: dict):
+    """({output index: getitem}, add or None, residual or None, cast or None) of a layer-norm backward whose
+    grad_input is added to a residual (the gradient used only there) and/or cast, else None."""
+    if not _is_call(node, (_LN_BACKWARD,)) or len(node.args) != 8 or node.kwargs or not node.args[7][0]:
+        return None
+    items = {g.args[1]: g for g in node.users if _is_call(g, (operator.getitem,))}
+    if len(items) != len(node.users) or 0 not in items:
+        return None
+    dx = items[0]
+    value = dx.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dtype not in _FLOATS:
+        return None
+    add, residual = None, None
+    user = only_user(dx)
+    if _is_call(user, (aten.add.Tensor,)) and len(user.args) == 2 and not user.kwargs:
+        other = user.args[1] if user.args[0] is dx else user.args[0]
+        if _same_tensor(other, value) and _same_tensor(user, value) and order.get(other, len(order)) < order[node]:
+            add, residual = user, other  # defined before the backward: the fused node stays where it is
+    out = dx if add is None else add
+    cast = next((u for u in out.users if _cast_dtype(u) is not None), None)
+    return None if add is None and cast is None else (items, add, residual, cast)
+
+
+def _same_tensor(node, value: torch.Tensor) -> bool:
+    """``node``'s value has ``value``'s dtype and (provably, without a guard) its shape."""
+    other = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return (isinstance(other, torch.Tensor) and other.dtype == value.dtype and other.dim() == value.dim()
+            and all(statically_known_true(a == b) for a, b in zip(other.shape, value.shape)))
 
 
 _SDPA_BACKWARD = aten._scaled_dot_product_fused_attention_overrideable_backward.default

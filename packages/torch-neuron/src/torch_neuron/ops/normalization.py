@@ -76,7 +76,29 @@ def _grads(outs, mask, shapes) -> list:
     return [next(it).view(shape) if want else None for want, shape in zip(mask, shapes)]
 
 
-def layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):  # noqa: A002
+def layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,  # noqa: A002
+                        *, residual=None, cast_dtype=None):
+    """aten.native_layer_norm_backward. With ``residual`` or ``cast_dtype`` (compiled graphs: the add and the cast
+    after the backward, written by its kernel): ``(grad_input + residual, grad_input.to(cast_dtype) or None,
+    grad_weight, grad_bias)``, the same values as the op, then ``torch.add``, then ``_to_copy``."""
+    if residual is None and cast_dtype is None:
+        return _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+    if not output_mask[0]:
+        raise ValueError("native_layer_norm_backward: residual and cast_dtype need grad_input (output_mask[0])")
+    epilogue = (residual is None or (residual.shape == input.shape and residual.dtype == input.dtype
+                                     and residual.device == input.device)) and \
+        (cast_dtype is None or cast_dtype in FLOATS)
+    grads = _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,
+                         residual if epilogue else None, cast_dtype if epilogue else None)
+    if epilogue and len(grads) == 4:  # the kernel wrote them
+        return grads
+    dx = grads[0] if residual is None else torch.add(residual, grads[0])
+    return dx, None if cast_dtype is None else dx.to(cast_dtype), *grads[-2:]
+
+
+def _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,  # noqa: A002
+                 residual=None, cast_dtype=None):
+    """The op's grads; the kernel's 4-tuple (see layer_norm_backward) when it takes ``residual``/``cast_dtype``."""
     same_device(input, grad_out, mean, rstd, weight, bias)
     rows = _rows(input, normalized_shape)
     mask = [bool(output_mask[0]), bool(output_mask[1]) and weight is not None, bool(output_mask[2])]
@@ -90,10 +112,20 @@ def layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, b
     if m == 0:
         return (torch.empty_like(input) if mask[0] else None, *(const(s, 0, pdt, input.device) if w else None
                                                                 for w, s in zip(mask[1:], shapes[1:])))
+    epilogue = {}
+    if residual is not None:
+        epilogue["residual"] = contig(residual).view(m, d)
+    if cast_dtype is not None:
+        epilogue["cast_dtype"] = cast_dtype
     outs = run("native_layer_norm_backward", norms.layer_norm_backward, contig(grad_out).view(m, d),
                contig(input).view(m, d), contig(mean).view(m, 1), contig(rstd).view(m, 1), _flat(weight, d),
-               tuple(mask))
-    return tuple(_grads(outs, mask, shapes))
+               tuple(mask), **epilogue)
+    if not epilogue:
+        return tuple(_grads(outs, mask, shapes))
+    outs = list(outs)
+    cast = outs.pop(1).view(input.shape) if cast_dtype is not None else None
+    dx, dw, db = _grads(outs, mask, shapes)
+    return dx, cast, dw, db
 
 
 # -- rms norm --------------------------------------------------------------------------------------
