@@ -584,9 +584,9 @@ class PreNormMLP(nn.Module):
     """Two pre-norm residual MLP blocks and a final norm: each norm's input gradient is added to the residual
     stream's."""
 
-    def __init__(self, d: int):
+    def __init__(self, d: int, norm=nn.LayerNorm):
         super().__init__()
-        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(3))
+        self.norms = nn.ModuleList(norm(d) for _ in range(3))
         self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)) for _ in range(2))
 
     def forward(self, x):
@@ -596,13 +596,16 @@ class PreNormMLP(nn.Module):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("model", ["prenorm_mlp", "gpt_block"])
+@pytest.mark.parametrize("model", ["prenorm_mlp", "prenorm_rms_mlp", "gpt_block"])
 def test_norm_gradient_adds_and_casts_are_written_by_the_norm_backward(model, dtype, monkeypatch):
-    """The residual stream's gradient plus each layer norm's input gradient, and the cast of the sum (autocast), are
-    written by the norm backward's kernel: bit-identical to the graph with the add and cast as written, and to
-    eager within tolerance (compiled and eager differ where autocast's casts are placed, see the residual test)."""
+    """The residual stream's gradient plus each norm's input gradient (layer norm; RMSNorm: its fused backward),
+    and the cast of the sum (autocast), are written by the norm backward's kernel: bit-identical to the graph with
+    the add and cast as written, and to eager within tolerance (compiled and eager differ where autocast's casts
+    are placed, see the residual test)."""
     torch.manual_seed(0)
-    net = (PreNormMLP(32) if model == "prenorm_mlp" else Block(GPTConfig(n_embd=32, n_head=4))).to(DEV)
+    nets = {"prenorm_mlp": lambda: PreNormMLP(32), "prenorm_rms_mlp": lambda: PreNormMLP(32, nn.RMSNorm),
+            "gpt_block": lambda: Block(GPTConfig(n_embd=32, n_head=4))}
+    net = nets[model]().to(DEV)
 
     def f(x):
         with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
@@ -612,8 +615,8 @@ def test_norm_gradient_adds_and_casts_are_written_by_the_norm_backward(model, dt
     results = run_with_and_without_epilogues(f, lambda: [x], list(net.parameters()), monkeypatch,
                                              fold="fold_norm_grad_adds")
     assert_epilogues_exact(results, TOL[dtype])
-    # two adds (one per block); under autocast the final norm's gradient is cast too (prenorm_mlp)
-    expect = 3 if model == "prenorm_mlp" and dtype is torch.bfloat16 else 2
+    # two adds (one per block); under autocast the final norm's gradient is cast too (prenorm_*)
+    expect = 3 if model.startswith("prenorm") and dtype is torch.bfloat16 else 2
     assert compile_counts()["norm_grad_adds_folded"] == expect
 
 
@@ -635,28 +638,78 @@ def test_norm_gradient_adds_of_symbolic_shapes_are_folded():
     assert compile_counts()["norm_grad_adds_folded"] == 2
 
 
+def _llama_losses_and_grads(model, ids, dtype, compiled: bool) -> list[torch.Tensor]:
+    """Loss, logits and every parameter's gradient of one step of ``model`` (its gradients cleared after)."""
+    run = torch.compile(model, backend="neuron") if compiled else model
+    with torch.autocast(DEV, dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+        out = run(ids, labels=ids)
+    out.loss.backward()
+    got = [out.loss.detach(), out.logits.detach(), *(p.grad for p in model.parameters())]
+    model.zero_grad(set_to_none=True)
+    return got
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llama_rms_norm_gradient_adds_and_casts_are_written_by_the_norm_backward(dtype, monkeypatch):
+    """A tiny Hugging Face Llama: its hand-written RMSNorms become the fused op, and each one's input gradient
+    added to the residual stream's (and autocast's cast of the sum) is written by the rms-norm backward's kernel:
+    loss, logits and all gradients bit-identical to the graph with the adds and casts as written."""
+    transformers = pytest.importorskip("transformers")
+    from torch_neuron.compile import epilogues
+
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(DEV)
+    ids = torch.randint(0, 64, (2, 8)).to(DEV)
+    eager = _llama_losses_and_grads(model, ids, dtype, compiled=False)
+    with monkeypatch.context() as m:
+        m.setattr(epilogues, "fold_norm_grad_adds", lambda graph: 0)
+        unfolded = _llama_losses_and_grads(model, ids, dtype, compiled=True)
+    assert "norm_grad_adds_folded" not in compile_counts()
+    torch._dynamo.reset()
+    folded = _llama_losses_and_grads(model, ids, dtype, compiled=True)
+    assert_epilogues_exact([eager, unfolded, folded], TOL[dtype])
+    # the adds after the four block norms' backwards (not the final norm's: its gradient is read twice); under
+    # autocast the final norm's gradient cast too
+    assert compile_counts()["norm_grad_adds_folded"] == (5 if dtype is torch.bfloat16 else 4)
+
+
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+
+
+def _norm_backward_args(norm: str, x, go):
+    """(the backward's aten op, its implementation, its arguments) for ``norm`` of ``x`` (layer_norm, rms_norm,
+    rms_norm without a weight) and output gradient ``go``."""
+    from torch_neuron.ops import normalization
+
+    d = x.shape[-1]
+    w = None if norm == "rms_norm_no_weight" else torch.randn(d, dtype=x.dtype).to(DEV)
+    if norm == "layer_norm":
+        b = torch.randn(d, dtype=x.dtype).to(DEV)
+        _, mean, rstd = torch.native_layer_norm(x, [d], w, b, 1e-5)
+        args = (go, x, [d], mean, rstd, w, b, [True, True, True])
+        return torch.ops.aten.native_layer_norm_backward, normalization.layer_norm_backward, args
+    _, rstd = torch.ops.aten._fused_rms_norm(x, [d], w, 1e-5)
+    args = (go, x, [d], rstd, w, [True, w is not None])
+    return torch.ops.aten._fused_rms_norm_backward, normalization.rms_norm_backward, args
 
 
 # (grad_input's dtype, the residual's or None, the cast's or None)
 @pytest.mark.parametrize("dtypes", [(F32, F32, BF16), (BF16, BF16, None), (F16, F32, F32), (F32, None, F16)])
 @pytest.mark.parametrize("shape", [(2, 5, 7), (0, 3, 4), (3, 1, 1)])
-def test_norm_backward_with_a_residual_and_a_cast_equals_the_op_then_the_add_then_the_cast(dtypes, shape):
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm", "rms_norm_no_weight"])
+def test_norm_backward_with_a_residual_and_a_cast_equals_the_op_then_the_add_then_the_cast(norm, dtypes, shape):
     """The kernel's epilogue, and the op's own add and cast where the kernel cannot take them (another residual
     dtype: type promotion; no rows)."""
-    from torch_neuron.ops import normalization
-
     dtype, res_dtype, cast = dtypes
-    d = shape[-1]
     x, go = (torch.randn(shape, dtype=dtype).to(DEV) for _ in range(2))
-    w, b = torch.randn(d, dtype=dtype).to(DEV), torch.randn(d, dtype=dtype).to(DEV)
     residual = None if res_dtype is None else torch.randn(shape, dtype=res_dtype).to(DEV)
-    _, mean, rstd = torch.native_layer_norm(x, [d], w, b, 1e-5)
-    args = (go, x, [d], mean, rstd, w, b, [True, True, True])
-    dx, dw, db = torch.ops.aten.native_layer_norm_backward(*args)
+    op, backward, args = _norm_backward_args(norm, x, go)
+    dx, *param_grads = op(*args)
     total = dx if residual is None else residual + dx
-    expect = [total, None if cast is None else total.to(cast), dw, db]
-    got = normalization.layer_norm_backward(*args, residual=residual, cast_dtype=cast)
+    expect = [total, None if cast is None else total.to(cast), *param_grads]
+    got = backward(*args, residual=residual, cast_dtype=cast)
     for g, e in zip(got, expect, strict=True):
         assert (g is None) == (e is None)
         if g is not None:

@@ -19,11 +19,12 @@ Activations. ``f(view*(mm or addmm))`` for f whose own kernel is one ScalarE act
 tanh) becomes one matmul kernel storing the product (other nodes may read it: the activation's backward does)
 and f of it, computed from the same SBUF tile.
 
-Norm gradients. In a pre-norm residual network each block's backward adds its layer norm's input gradient to
-the residual stream's gradient, ``s = r + getitem(native_layer_norm_backward(...), 0)`` (``r`` of the same shape
-and dtype, defined before the backward, the gradient used only there), and autocast casts ``s`` (or the first
-backward's gradient itself) for the next matmuls. The backward's kernel adds ``r`` to each rounded gradient tile
-and writes the cast as a second output: the gradient never goes to HBM and back.
+Norm gradients. In a pre-norm residual network each block's backward adds its norm's input gradient to the
+residual stream's gradient, ``s = r + getitem(native_layer_norm_backward(...), 0)`` (or
+``_fused_rms_norm_backward``: RMSNorm modules, and hand-written ones the compiler made ``F.rms_norm``; ``r`` of
+the same shape and dtype, defined before the backward, the gradient used only there), and autocast casts ``s``
+(or the first backward's gradient itself) for the next matmuls. The backward's kernel adds ``r`` to each rounded
+gradient tile and writes the cast as a second output: the gradient never goes to HBM and back.
 
 Stacked attention gradients. A fused qkv projection split into heads gets its gradient as
 ``clone(permute(stack([dq, dk, dv])))``: a copy of all three. The attention backward writes dq, dk and dv into
@@ -219,27 +220,30 @@ def _is_call(node, targets) -> bool:
 
 
 
-_LN_BACKWARD = aten.native_layer_norm_backward.default
+# the norm backwards whose grad_input a residual add and a cast can go into: the op's implementation, taking them
+_NORM_BACKWARDS = {aten.native_layer_norm_backward.default: normalization.layer_norm_backward,
+                   aten._fused_rms_norm_backward.default: normalization.rms_norm_backward}
 
 
-class LayerNormBackwardAdd:
-    """``native_layer_norm_backward`` whose grad_input gets a residual added (the node's ninth argument, when
-    given) and/or a cast to ``cast_dtype``, as one kernel (a graph node's target); returns (grad_input [+ residual],
-    its cast or None, grad_weight, grad_bias)."""
+class NormBackwardAdd:
+    """A norm backward (``native_layer_norm_backward``, ``_fused_rms_norm_backward``) whose grad_input gets a
+    residual added (the argument after the op's own, when given) and/or a cast to ``cast_dtype``, as one kernel
+    (a graph node's target); returns (grad_input [+ residual], its cast or None, the parameters' grads)."""
 
-    def __init__(self, cast_dtype: torch.dtype | None):
-        self.cast_dtype = cast_dtype
+    def __init__(self, op, cast_dtype: torch.dtype | None):
+        self.op, self.cast_dtype = op, cast_dtype
+        self.nargs = len(op._schema.arguments)
         to = "" if cast_dtype is None else "_to_" + str(cast_dtype).removeprefix("torch.")
-        self.__name__ = f"native_layer_norm_backward_add{to}"
+        self.__name__ = f"{op.__name__.split('.')[0]}_add{to}"
 
     def __call__(self, *args):
-        residual = args[8] if len(args) > 8 else None
-        return normalization.layer_norm_backward(*args[:8], residual=residual, cast_dtype=self.cast_dtype)
+        residual = args[self.nargs] if len(args) > self.nargs else None
+        return _NORM_BACKWARDS[self.op](*args[:self.nargs], residual=residual, cast_dtype=self.cast_dtype)
 
 
 def fold_norm_grad_adds(graph: fx.Graph) -> int:
-    """Fold the add of a residual to each layer-norm backward's grad_input, and the cast of the sum (or of
-    grad_input), into the backward (in place); returns how many backwards took an add or a cast."""
+    """Fold the add of a residual to each norm backward's grad_input, and the cast of the sum (or of grad_input),
+    into the backward (in place); returns how many backwards took an add or a cast."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     count = 0
     for node in list(graph.nodes):
@@ -248,9 +252,9 @@ def fold_norm_grad_adds(graph: fx.Graph) -> int:
             continue
         items, add, residual, cast = match
         dx, values = items[0], node.meta.get("val")
-        node.target = LayerNormBackwardAdd(None if cast is None else cast.kwargs["dtype"])
-        node.args = node.args[:8] + ((residual,) if add is not None else ())
-        for index, item in items.items():  # grad_weight and grad_bias move one place on, after the cast
+        node.target = NormBackwardAdd(node.target, None if cast is None else cast.kwargs["dtype"])
+        node.args = node.args + ((residual,) if add is not None else ())
+        for index, item in items.items():  # the parameters' grads move one place on, after the cast
             if index:
                 item.args = (node, index + 1)
         if add is not None:  # grad_input is the sum now
@@ -270,9 +274,10 @@ def fold_norm_grad_adds(graph: fx.Graph) -> int:
 
 
 def _norm_grad_match(node: fx.Node, order: dict):
-    """({output index: getitem}, add or None, residual or None, cast or None) of a layer-norm backward whose
-    grad_input is added to a residual (the gradient used only there) and/or cast, else None."""
-    if not _is_call(node, (_LN_BACKWARD,)) or len(node.args) != 8 or node.kwargs or not node.args[7][0]:
+    """({output index: getitem}, add or None, residual or None, cast or None) of a norm backward whose grad_input
+    is added to a residual (the gradient used only there) and/or cast, else None."""
+    if not _is_call(node, _NORM_BACKWARDS) or node.kwargs or len(node.args) != len(node.target._schema.arguments) \
+            or not node.args[-1][0]:  # all arguments given, the last the output mask: grad_input asked for
         return None
     items = {g.args[1]: g for g in node.users if _is_call(g, (operator.getitem,))}
     if len(items) != len(node.users) or 0 not in items:

@@ -81,19 +81,48 @@ def layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, b
     """aten.native_layer_norm_backward. With ``residual`` or ``cast_dtype`` (compiled graphs: the add and the cast
     after the backward, written by its kernel): ``(grad_input + residual, grad_input.to(cast_dtype) or None,
     grad_weight, grad_bias)``, the same values as the op, then ``torch.add``, then ``_to_copy``."""
+    return _with_epilogue("native_layer_norm_backward", _ln_backward,
+                          (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), residual,
+                          cast_dtype)
+
+
+def _with_epilogue(op: str, backward, args: tuple, residual, cast_dtype) -> tuple:
+    """``backward(*args)`` (a norm backward; ``args[1]`` its input, ``args[-1]`` its output_mask) with grad_input
+    plus ``residual`` and cast to ``cast_dtype`` (the cast inserted after grad_input): by the kernel where it
+    takes them (``backward(*args, residual, cast_dtype)`` returns one output more then), else by torch ops."""
     if residual is None and cast_dtype is None:
-        return _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
-    if not output_mask[0]:
-        raise ValueError("native_layer_norm_backward: residual and cast_dtype need grad_input (output_mask[0])")
-    epilogue = (residual is None or (residual.shape == input.shape and residual.dtype == input.dtype
-                                     and residual.device == input.device)) and \
+        return backward(*args)
+    x, mask = args[1], args[-1]
+    if not mask[0]:
+        raise ValueError(f"{op}: residual and cast_dtype need grad_input (output_mask[0])")
+    epilogue = (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
+                                     and residual.device == x.device)) and \
         (cast_dtype is None or cast_dtype in FLOATS)
-    grads = _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,
-                         residual if epilogue else None, cast_dtype if epilogue else None)
-    if epilogue and len(grads) == 4:  # the kernel wrote them
-        return grads
+    grads = backward(*args, residual if epilogue else None, cast_dtype if epilogue else None)
+    if epilogue and len(grads) == len(mask) + 1:  # the kernel wrote them
+        return tuple(grads)
     dx = grads[0] if residual is None else torch.add(residual, grads[0])
-    return dx, None if cast_dtype is None else dx.to(cast_dtype), *grads[-2:]
+    return dx, None if cast_dtype is None else dx.to(cast_dtype), *grads[1:]
+
+
+def _epilogue_kwargs(residual, cast_dtype, m: int, d: int) -> dict:
+    """The norm backward kernel's grad_input epilogue arguments (none: the plain backward)."""
+    epilogue = {}
+    if residual is not None:
+        epilogue["residual"] = contig(residual).view(m, d)
+    if cast_dtype is not None:
+        epilogue["cast_dtype"] = cast_dtype
+    return epilogue
+
+
+def _epilogue_grads(outs, mask, shapes, epilogue: dict) -> tuple:
+    """The grads of a norm backward kernel's outputs; with an epilogue, grad_input's cast (or None) after it."""
+    if not epilogue:
+        return tuple(_grads(outs, mask, shapes))
+    outs = list(outs)
+    cast = outs.pop(1).view(shapes[0]) if "cast_dtype" in epilogue else None
+    dx, *rest = _grads(outs, mask, shapes)
+    return dx, cast, *rest
 
 
 def _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,  # noqa: A002
@@ -112,20 +141,11 @@ def _ln_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, ou
     if m == 0:
         return (torch.empty_like(input) if mask[0] else None, *(const(s, 0, pdt, input.device) if w else None
                                                                 for w, s in zip(mask[1:], shapes[1:])))
-    epilogue = {}
-    if residual is not None:
-        epilogue["residual"] = contig(residual).view(m, d)
-    if cast_dtype is not None:
-        epilogue["cast_dtype"] = cast_dtype
+    epilogue = _epilogue_kwargs(residual, cast_dtype, m, d)
     outs = run("native_layer_norm_backward", norms.layer_norm_backward, contig(grad_out).view(m, d),
                contig(input).view(m, d), contig(mean).view(m, 1), contig(rstd).view(m, 1), _flat(weight, d),
                tuple(mask), **epilogue)
-    if not epilogue:
-        return tuple(_grads(outs, mask, shapes))
-    outs = list(outs)
-    cast = outs.pop(1).view(input.shape) if cast_dtype is not None else None
-    dx, dw, db = _grads(outs, mask, shapes)
-    return dx, cast, dw, db
+    return _epilogue_grads(outs, mask, shapes, epilogue)
 
 
 # -- rms norm --------------------------------------------------------------------------------------
@@ -144,7 +164,17 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     return out.view(input.shape), rstd.view(stat_shape)
 
 
-def rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask):  # noqa: A002
+def rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_mask,  # noqa: A002
+                      *, residual=None, cast_dtype=None):
+    """aten._fused_rms_norm_backward. With ``residual`` or ``cast_dtype`` (compiled graphs, as layer_norm_backward):
+    ``(grad_input + residual, grad_input.to(cast_dtype) or None, grad_weight)``."""
+    return _with_epilogue("_fused_rms_norm_backward", _rms_backward,
+                          (grad_out, input, normalized_shape, rstd, weight, output_mask), residual, cast_dtype)
+
+
+def _rms_backward(grad_out, input, normalized_shape, rstd, weight, output_mask,  # noqa: A002
+                  residual=None, cast_dtype=None):
+    """The op's grads; the kernel's 3-tuple (see rms_norm_backward) when it takes ``residual``/``cast_dtype``."""
     same_device(input, grad_out, rstd, weight)
     rows = _rows(input, normalized_shape)
     mask = [bool(output_mask[0]), bool(output_mask[1]) and weight is not None]
@@ -157,9 +187,10 @@ def rms_norm_backward(grad_out, input, normalized_shape, rstd, weight, output_ma
     if m == 0:
         return (torch.empty_like(input) if mask[0] else None,
                 const(shapes[1], 0, weight.dtype, input.device) if mask[1] else None)
+    epilogue = _epilogue_kwargs(residual, cast_dtype, m, d)
     outs = run("_fused_rms_norm_backward", norms.rms_norm_backward, contig(grad_out).view(m, d),
-               contig(input).view(m, d), contig(rstd).view(m, 1), _flat(weight, d), tuple(mask))
-    return tuple(_grads(outs, mask, shapes))
+               contig(input).view(m, d), contig(rstd).view(m, 1), _flat(weight, d), tuple(mask), **epilogue)
+    return _epilogue_grads(outs, mask, shapes, epilogue)
 
 
 # -- group norm ------------------------------------------------------------------------------------
