@@ -102,7 +102,10 @@ class Rig:
             flat, base, pstride = self.hbm, self.addresses[ap.tensor] + ap.offset, ap.partition_stride * size
         else:
             mem = self.core.sbuf if ap.space is Space.SBUF else self.core.psum
-            flat, base, pstride = mem.reshape(-1), ap.start_partition * mem.shape[1] + ap.offset, mem.shape[1]
+            # the core's rows are padded (strides[0] > shape[1]): address the bytes through the row stride
+            pstride = mem.strides[0]
+            flat = np.lib.stride_tricks.as_strided(mem, (mem.shape[0] * pstride,), (1,))
+            base = ap.start_partition * pstride + ap.offset
         nd = 1 + len(ap.free)
         addr = np.full(ap.shape, base, np.int64)
         addr += (np.arange(ap.partitions, dtype=np.int64) * pstride).reshape((-1,) + (1,) * (nd - 1))

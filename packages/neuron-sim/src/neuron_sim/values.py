@@ -3,7 +3,8 @@
 Entry points
 ------------
 - :class:`CoreMemory` -- one NeuronCore's SBUF and PSUM as ``uint8`` arrays, poisoned with ``0xFF``
-  (NaN in every float dtype, -1 in signed ints) so reads of never-written memory show.
+  (NaN in every float dtype, -1 in signed ints) so reads of never-written memory show. Their rows
+  are padded (one cache line) so that a walk down the partitions does not hit one cache set.
 - :func:`run_values` -- execute a (validated) program in order.
 - :func:`prepare_values` -> :class:`ValuesPlan` -- the reusable form: the plan turns each
   instruction into a step once; ``plan.run(hbm, addresses, core)`` runs them. On-chip views are
@@ -50,7 +51,10 @@ Numerics (the ISA docstrings are normative; where they are silent, these are the
 - activation: ``f(src * scale + bias)`` with two FP32 roundings (multiply, then add);
   ``reduce_dst`` sums the FP32 results before their cast to ``dst``. gelu and erf are evaluated in
   float64 (piecewise Chebyshev interpolants of math.erf/math.erfc, relative error ~1e-13; gelu
-  uses the erfc form so its negative tail stays accurate) and rounded to FP32; the others in FP32.
+  uses the erfc form so its negative tail stays accurate) and rounded to FP32 (Numba, module
+  :mod:`neuron_sim.erf`); the others in FP32.
+- NaN payloads: a NaN result is a NaN; which payload (and sign) it carries when two NaN operands
+  meet is not specified (numpy's own loops pick differently by position and layout).
 - iota/affine_select: the affine value ``offset + channel_multiplier * p + sum(steps[d] * i[d])``
   is exact in int64, with ``p`` the partition index *within the operand* (0..partitions-1).
 - Every instruction computes its whole result before writing, so overlapping operands behave as
@@ -68,13 +72,13 @@ from collections.abc import Callable
 
 import numba
 import numpy as np
-from numpy.polynomial import chebyshev as _cheb
 
 from neuron_hal import isa
 from neuron_hal.dtypes import DType
 from neuron_hal.errors import ProgramError
 from neuron_hal.isa import AP, Act, Alu, Engine, Space
 
+from .erf import erf, erfc, gelu_erf_inplace
 from .views import HbmView, onchip_view, raw_dtype
 
 F32 = np.dtype(np.float32)
@@ -91,7 +95,8 @@ __all__ = ["CoreMemory", "ValuesPlan", "prepare_values", "run_values", "erf", "e
 # ================================================================================================
 class CoreMemory:
     """One NeuronCore's on-chip state: ``sbuf`` uint8 [sbuf_partitions, sbuf_partition_bytes] and
-    ``psum`` uint8 [sbuf_partitions, psum_partition_bytes], both poisoned (0xFF) when created.
+    ``psum`` uint8 [sbuf_partitions, psum_partition_bytes], both poisoned (0xFF) when created. Both are views
+    with padded rows (``strides[0]`` > the row's bytes; see :func:`_padded_rows`), not C-contiguous arrays.
 
     ``sbuf_hi`` / ``psum_hi`` are the highest byte offset (exclusive, per partition) written since
     the last :meth:`repoison`; runs raise them before executing.
@@ -99,8 +104,8 @@ class CoreMemory:
 
     def __init__(self, profile):
         self.profile = profile
-        self.sbuf = np.full((profile.sbuf_partitions, profile.sbuf_partition_bytes), POISON, np.uint8)
-        self.psum = np.full((profile.sbuf_partitions, profile.psum_partition_bytes), POISON, np.uint8)
+        self.sbuf = _padded_rows(profile.sbuf_partitions, profile.sbuf_partition_bytes)
+        self.psum = _padded_rows(profile.sbuf_partitions, profile.psum_partition_bytes)
         self.sbuf_hi = 0
         self.psum_hi = 0
         self.scratchpad = Scratchpad()
@@ -124,6 +129,16 @@ class CoreMemory:
             self.psum_hi = 0
 
 
+_ROW_PAD = 64  # bytes (one cache line) between the end of a partition's row and the start of the next
+
+
+def _padded_rows(rows: int, row_bytes: int) -> np.ndarray:
+    """A poisoned uint8 [rows, row_bytes] array whose rows are ``row_bytes + _ROW_PAD`` bytes apart. Partition
+    sizes are multiples of 4 KiB: unpadded, the same column of every partition falls in the same cache set, and
+    an access down the partitions (a [P, 1] operand, a transpose) misses on every row (6-9x slower)."""
+    return np.full((rows, row_bytes + _ROW_PAD), POISON, np.uint8)[:, :row_bytes]
+
+
 class Scratchpad:
     """Reusable work arrays of one core (one core runs one instruction at a time). Steps hold this,
     not the core, so a plan's per-core step cache (weak on the core) does not keep the core alive."""
@@ -138,99 +153,6 @@ class Scratchpad:
         if a is None:
             a = self._arrays[k] = np.empty(shape, dtype)
         return a
-
-
-# ================================================================================================
-# erf / erfc in float64: Chebyshev interpolants of math.erf / math.erfc, built at import (~2 ms)
-# ================================================================================================
-def _erfcx_reference(t: float) -> float:
-    """exp(t^2) * erfc(t) for t >= 1: from math.erfc, or its asymptotic series where that underflows."""
-    if t < 20.0:
-        return math.erfc(t) * math.exp(t * t)
-    u, total, term = 1.0 / (2.0 * t * t), 0.0, 1.0
-    for n in range(12):  # next term < 1e-15 relative at t = 20
-        total += term
-        term *= -(2 * n + 1) * u
-    return total / (t * math.sqrt(math.pi))
-
-
-def _build_erf():
-    verf = np.vectorize(math.erf, otypes=[np.float64])
-    verfcx = np.vectorize(_erfcx_reference, otypes=[np.float64])
-    # |x| < 1: erf(x) = x * q0(x^2); relative accuracy holds down to subnormals.
-    q0 = _cheb.Chebyshev.interpolate(lambda z: verf(np.sqrt(z)) / np.sqrt(z), 14, domain=[0.0, 1.0])
-    # 1 <= t < 2: erfc(t) = exp(-t^2) * h1(t).
-    h1 = _cheb.Chebyshev.interpolate(verfcx, 20, domain=[1.0, 2.0])
-    # t >= 2: erfc(t) = exp(-t^2) * q2(1 / t^2) / t, q2 smooth on (0, 1/4] with q2(0) = 1/sqrt(pi).
-    q2 = _cheb.Chebyshev.interpolate(lambda z: verfcx(1.0 / np.sqrt(z)) / np.sqrt(z), 24, domain=[0.0, 0.25])
-    return q0, h1, q2
-
-
-_ERF_Q0, _ERFC_H1, _ERFC_Q2 = _build_erf()
-
-
-def _cheb_parts(series) -> tuple[np.ndarray, float, float]:
-    """(coefficients, offset, scale) of a Chebyshev series: series(x) = clenshaw(coef, offset + scale * x)."""
-    off, scl = series.mapparms()
-    return np.ascontiguousarray(series.coef, F64), float(off), float(scl)
-
-
-def _erf_erfc_abs(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(erf(t), erfc(t)) for t = |x| >= 0 (NaN stays NaN), each to ~1e-14 relative (Numba; the same series and
-    operation order as numpy's Chebyshev evaluation)."""
-    flat = np.ascontiguousarray(t, F64).reshape(-1)
-    erf_, erfc_ = np.empty_like(flat), np.empty_like(flat)
-    _erf_kernel(flat, *_cheb_parts(_ERF_Q0), *_cheb_parts(_ERFC_H1), *_cheb_parts(_ERFC_Q2), erf_, erfc_)
-    return erf_.reshape(np.shape(t)), erfc_.reshape(np.shape(t))
-
-
-# Module-level so Numba's on-disk cache finds them in the next process (a function defined inside another gets
-# a new cache entry per process and compiles again, ~0.5 s).
-@numba.njit(cache=True, nogil=True)
-def _clenshaw(c, off, scl, x):  # numpy.polynomial.chebyshev.chebval after mapping x to the window
-    x = off + scl * x
-    if c.size == 1:
-        return c[0]
-    c0, c1 = c[c.size - 2], c[c.size - 1]
-    x2 = 2 * x
-    for i in range(3, c.size + 1):
-        tmp = c0
-        c0 = c[c.size - i] - c1
-        c1 = tmp + c1 * x2
-    return c0 + c1 * x
-
-
-@numba.njit(cache=True, nogil=True)
-def _erf_kernel(t, c0, o0, s0, c1, o1, s1, c2, o2, s2, erf_, erfc_):
-    for i in range(t.size):
-        ti = t[i]
-        if ti != ti:
-            erf_[i] = erfc_[i] = np.nan
-        elif ti < 1.0:
-            e = ti * _clenshaw(c0, o0, s0, ti * ti)
-            erf_[i], erfc_[i] = e, 1.0 - e
-        elif ti < 2.0:
-            c = np.exp(-ti * ti) * _clenshaw(c1, o1, s1, ti)
-            erf_[i], erfc_[i] = 1.0 - c, c
-        elif ti == np.inf:
-            erf_[i], erfc_[i] = 1.0, 0.0
-        else:
-            c = np.exp(-ti * ti) * _clenshaw(c2, o2, s2, 1.0 / (ti * ti)) / ti
-            erf_[i], erfc_[i] = 1.0 - c, c
-
-
-def erf(x) -> np.ndarray:
-    """Vectorized error function in float64 (relative error ~1e-14 against math.erf)."""
-    x = np.asarray(x, F64)
-    e, _ = _erf_erfc_abs(np.abs(x))
-    return np.copysign(e, x)
-
-
-def erfc(x) -> np.ndarray:
-    """Vectorized complementary error function in float64 (relative error ~1e-13 against math.erfc)."""
-    x = np.asarray(x, F64)
-    _, c = _erf_erfc_abs(np.abs(x))
-    return np.where(x < 0, 2.0 - c, c)
 
 
 # ================================================================================================
@@ -277,7 +199,28 @@ def cast_to(x: np.ndarray, dt: DType) -> np.ndarray:
         return _float_to_int(x, npdt)
     if x.dtype != F32 and npdt != F64:
         x = x.astype(F32)  # narrower floats round once from FP32, as the engines do
+    if npdt == _BF16 and x.size >= _BF16_KERNEL_MIN_SIZE:
+        x = np.ascontiguousarray(x)
+        out = np.empty(x.shape, np.uint16)
+        _f32_to_bf16_kernel(x.reshape(-1).view(np.uint32), out.reshape(-1))
+        return out.view(_BF16)
     return x.astype(npdt)
+
+
+_BF16 = DType.bfloat16.numpy
+_BF16_KERNEL_MIN_SIZE = 256  # below this ml_dtypes' cast is as fast as the call into the kernel
+
+
+@numba.njit(cache=True, nogil=True)
+def _f32_to_bf16_kernel(src, dst):
+    """FP32 bit patterns (uint32) -> BF16 bit patterns (uint16), rounding to nearest even; a NaN becomes the quiet
+    NaN of its sign (0x7FC0 / 0xFFC0), as ml_dtypes does. numpy's cast through ml_dtypes is ~6x slower."""
+    for i in range(src.size):
+        b = src[i]
+        if (b & 0x7FFFFFFF) > 0x7F800000:
+            dst[i] = ((b >> 16) & 0x8000) | 0x7FC0
+        else:
+            dst[i] = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
 
 
 def dma_convert(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
@@ -286,7 +229,7 @@ def dma_convert(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
         return x
     if src.kind in "iub" and dst.kind in "iub":
         return x != 0 if dst.kind == "b" else x.astype(dst.numpy)
-    return cast_to(load_f32(x), dst)
+    return cast_to(_as_f32(x), dst)
 
 
 def _to_f32(x):
@@ -340,6 +283,14 @@ def load_f32(v: np.ndarray) -> np.ndarray:
         _lut_apply(_widen_lut(v.dtype), src, out)
         return out.reshape(v.shape)
     return v.astype(F32)
+
+
+def _as_f32(v: np.ndarray) -> np.ndarray:
+    """:func:`load_f32`, except that an FP32 view comes back as it is: for callers that only read it with
+    operations whose results do not depend on the memory layout (casts, + - * /). Others (max/min's signed
+    zeros, SIMD-or-not transcendental loops, reduction orders) keep :func:`load_f32`'s fresh array, so their
+    numpy loops see the layout they always did."""
+    return v if v.dtype == F32 else load_f32(v)
 
 
 def widen_to_f32(v: np.ndarray, out: np.ndarray) -> None:
@@ -465,10 +416,12 @@ def _sigmoid(x):
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(F32, copy=False)
 
 
-def _gelu(x):
-    """0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2): the erfc form keeps the x << 0 tail accurate."""
-    x64 = x.astype(F64)
-    return (0.5 * x64 * erfc(x64 * -(1.0 / math.sqrt(2.0)))).astype(F32)
+def _erf_family(gelu: bool):
+    """gelu = 0.5 x erfc(-x / sqrt 2) (the erfc form keeps the x << 0 tail accurate) or erf, in float64 (the
+    activation step calls the kernel directly, on its FP32 copy of the argument)."""
+    def f(x):
+        return gelu_erf_inplace(np.array(x, F32, order="C"), gelu)
+    return f
 
 
 def _gelu_tanh(x):
@@ -487,7 +440,7 @@ ACTIVATIONS: dict[Act, Callable[[np.ndarray], np.ndarray]] = {
     Act.tanh: np.tanh,
     Act.sigmoid: _sigmoid,
     Act.relu: lambda x: np.maximum(x, np.float32(0)),
-    Act.gelu: _gelu,
+    Act.gelu: _erf_family(True),
     Act.gelu_tanh: _gelu_tanh,
     Act.silu: lambda x: x * _sigmoid(x),
     Act.sqrt: np.sqrt,
@@ -499,7 +452,7 @@ ACTIVATIONS: dict[Act, Callable[[np.ndarray], np.ndarray]] = {
     Act.sin: np.sin,
     Act.cos: np.cos,
     Act.softplus: _softplus,
-    Act.erf: lambda x: erf(x).astype(F32),
+    Act.erf: _erf_family(False),
 }
 
 
@@ -806,29 +759,69 @@ def _activation(ins: isa.Activation, B: _Binder) -> Step:
     src, dst = ins.src, ins.dst
     gs, write = B.get(src), _writer(B, dst)
     func = ACTIVATIONS[ins.func]
-    bshape = (src.partitions,) + (1,) * len(src.free)
     gscale = B.get(ins.scale) if isinstance(ins.scale, AP) else None
-    scale = None if gscale is not None or float(ins.scale) == 1.0 else np.float32(ins.scale)
+    imm = None if gscale is not None or float(ins.scale) == 1.0 else np.array([ins.scale], F32)
     gbias = B.get(ins.bias) if ins.bias is not None else None
     wred = _writer(B, ins.reduce_dst) if ins.reduce_dst is not None else None
     P, F = src.partitions, src.free_size
+    prologue = gscale is not None or imm is not None or gbias is not None
+    erf_family, gelu = ins.func in (Act.gelu, Act.erf), ins.func is Act.gelu
+    bshape = (P,) + (1,) * len(src.free)
+
+    def scale_bias(h, a, x):
+        """x * scale + bias in place, each rounded to FP32."""
+        s = gscale(h, a).astype(F32) if gscale is not None else imm
+        b = gbias(h, a).astype(F32) if gbias is not None else None
+        if x.flags.c_contiguous:  # one Numba pass instead of two or three numpy ones
+            _scale_bias_kernel(x.reshape(P, F), _NO_OPERAND if s is None else s.reshape(-1),
+                               _NO_OPERAND if b is None else b.reshape(-1))
+            return
+        if s is not None:
+            x *= s.reshape(bshape) if s.size > 1 else s[0]
+        if b is not None:
+            x += b.reshape(bshape)
 
     def step(h, a):
+        # a fresh FP32 array, laid out as ever: numpy's functions pick their loops (SIMD or not) from the layout
         x = load_f32(gs(h, a))
-        if gscale is not None:
-            x *= gscale(h, a).astype(F32).reshape(bshape)
-        elif scale is not None:
-            x *= scale
-        if gbias is not None:
-            x += gbias(h, a).astype(F32).reshape(bshape)
-        y = func(x)
+        if erf_family:  # the Numba kernel's results do not depend on the layout
+            x = np.ascontiguousarray(x.reshape(P, F))
+        if prologue:
+            scale_bias(h, a, x)
+        y = gelu_erf_inplace(x, gelu) if erf_family else func(x)
         if wred is not None:
-            s = np.add.reduce(y.reshape(P, F), axis=1, dtype=F32)
+            total = np.add.reduce(y.reshape(P, F), axis=1, dtype=F32)
             write(h, a, y)
-            wred(h, a, s)
+            wred(h, a, total)
         else:
             write(h, a, y)
     return step
+
+
+_NO_OPERAND = np.empty(0, F32)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scale_bias_kernel(x, scale, bias):
+    """Activation's argument in place on FP32 x [P, F]: x * scale, then + bias, each rounded to FP32. An operand
+    of size 0 is absent, of size 1 an immediate, of size P one value per partition."""
+    P, F = x.shape
+    for q in range(P):
+        s = scale[0] if scale.size == 1 else (scale[q] if scale.size > 1 else np.float32(1))
+        b = bias[0] if bias.size == 1 else (bias[q] if bias.size > 1 else np.float32(0))
+        if scale.size and bias.size:
+            for j in range(F):
+                x[q, j] = x[q, j] * s + b
+        elif scale.size:
+            for j in range(F):
+                x[q, j] = x[q, j] * s
+        else:
+            for j in range(F):
+                x[q, j] = x[q, j] + b
+
+
+# IEEE operations: one correctly rounded result whichever numpy loop (SIMD or not, strided or not) computes it
+_LAYOUT_FREE_OPS = frozenset({Alu.add, Alu.subtract, Alu.multiply, Alu.divide})
 
 
 def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
@@ -839,14 +832,22 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
     fop = None if (mode or op.is_bitwise) else _FLOAT_OPS[op]
 
     if fop is not None:  # the common FP32 case, without dispatch
+        exact = op in _LAYOUT_FREE_OPS
+        get = _as_f32 if exact else load_f32
+        # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output)
+        gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
+
         def step_f(h, a):
-            x = load_f32(ga(h, a))
-            y = load_f32(gb(h, a))
+            x = get(ga(h, a))
+            y = get(gb(h, a))
             if x.shape != shape:
                 x = x.reshape(shape)
             if y.shape != shape:
                 y = y.reshape(shape)
-            write(h, a, fop(x, y))
+            if gd is not None:
+                fop(x, y, out=gd(h, a))
+            else:
+                write(h, a, fop(x, y))
         return step_f
 
     def step(h, a):
@@ -859,7 +860,8 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
 def _tensor_scalar(ins: isa.TensorScalar, B: _Binder) -> Step:
     src = ins.src
     mode = _int_mode(ins, src, ins.dst, ins.operand0, ins.operand1)
-    gs, write, load = B.get(src), _writer(B, ins.dst), _load_exact
+    layout_free = src.dtype.is_float and ins.op0 in _LAYOUT_FREE_OPS and ins.op1 in _LAYOUT_FREE_OPS | {None}
+    gs, write, load = B.get(src), _writer(B, ins.dst), _as_f32 if layout_free else _load_exact
     wrap = _wrap_dtype(src)
     g0 = _scalar_operand(B, ins.operand0, src, mode, ins.op0)
     g1 = _scalar_operand(B, ins.operand1, src, mode, ins.op1) if ins.op1 is not None else None

@@ -37,13 +37,30 @@ def geometry(ap: AP, partition_stride_bytes: int, itemsize: int) -> tuple[tuple[
 
 
 def onchip_view(mem: np.ndarray, ap: AP, dtype=None) -> np.ndarray:
-    """View of an SBUF/PSUM operand over ``mem`` (``uint8 [partitions, bytes per partition]``)."""
+    """View of an SBUF/PSUM operand over ``mem`` (``uint8 [partitions, bytes per partition]``; its rows may be
+    padded: ``mem`` may be the leading columns of a wider C-contiguous array)."""
     if ap.space is Space.HBM:
         raise ValueError(f"{ap} is an HBM operand; use hbm_view")
     dt = np.dtype(dtype if dtype is not None else ap.dtype.numpy)
     row = mem.strides[0]
     shape, strides = geometry(ap, row, dt.itemsize)
-    return np.ndarray(shape, dt, buffer=mem, offset=ap.start_partition * row + ap.offset, strides=strides)
+    view = np.ndarray(shape, dt, buffer=_row_buffer(mem), offset=ap.start_partition * row + ap.offset,
+                      strides=strides)
+    lo, hi = ap.byte_range()
+    if ap.start_partition + ap.partitions > mem.shape[0] or (ap.num_elements and (lo < 0 or hi > mem.shape[1])):
+        raise ValueError(f"{ap} reaches outside the {mem.shape[0]} x {mem.shape[1]}-byte memory")
+    return view
+
+
+def _row_buffer(mem: np.ndarray) -> np.ndarray:
+    """The C-contiguous array whose bytes ``mem`` (rows, possibly padded) starts at."""
+    if mem.flags.c_contiguous:
+        return mem
+    base = mem.base
+    if not (isinstance(base, np.ndarray) and base.flags.c_contiguous and base.ctypes.data == mem.ctypes.data
+            and base.ndim == 2 and base.strides[0] == mem.strides[0]):
+        raise ValueError("on-chip memory must be C-contiguous or the leading columns of a C-contiguous array")
+    return base
 
 
 def hbm_view(hbm: np.ndarray, address: int, ap: AP, dtype=None) -> np.ndarray:
