@@ -610,6 +610,10 @@ def run_values(program, hbm: np.ndarray, addresses: list[int], core: CoreMemory,
 
 # ================================================================================================
 # Step builders: each takes (instruction, binder) and returns step(hbm, addresses)
+#
+# Steps and operand getters take what they use as default arguments, not closure variables: a plan holds a
+# step per distinct instruction, and each closure variable is a cell, one more object every full garbage
+# collection walks (a compiled GPT step's plans: ~20k cells). Callers pass (hbm, addresses) and nothing more.
 # ================================================================================================
 class _Binder:
     """Makes operand getters ``g(hbm, addresses) -> view``: on-chip views are built now, HBM per call."""
@@ -622,7 +626,7 @@ class _Binder:
         if ap.space is Space.HBM:
             hv, t = HbmView(ap, dtype), ap.tensor
 
-            def g(h, a):
+            def g(h, a, ap=ap, hv=hv, t=t):
                 try:
                     return hv(h, a[t])
                 except ValueError:
@@ -635,7 +639,7 @@ class _Binder:
         g = self._views.get(key)
         if g is None:
             v = onchip_view(self.core.space(ap.space), ap, dtype)
-            g = self._views[key] = lambda h, a: v
+            g = self._views[key] = lambda h, a, v=v: v
         return g
 
     def raw(self, ap: AP) -> Callable:
@@ -685,17 +689,17 @@ def _scalar_operand(B: _Binder, operand, src: AP, int_mode: bool, op: Alu):
     """Per-partition operand: an immediate, or a [P, 1] AP loaded to shape (P, 1, ..., 1)."""
     if not isinstance(operand, AP):
         imm = _immediate(operand, int_mode, op)
-        return lambda h, a: imm
+        return lambda h, a, imm=imm: imm
     g = B.get(operand)
     shape = (src.partitions,) + (1,) * len(src.free)
-    return lambda h, a: _load_exact(g(h, a)).reshape(shape)
+    return lambda h, a, g=g, shape=shape: _load_exact(g(h, a)).reshape(shape)
 
 
 def _writer(B: _Binder, dst: AP):
     """write(h, a, values): cast computed values to dst's dtype and store them in dst's shape."""
     g, dt, shape, n = B.get(dst), dst.dtype, dst.shape, dst.num_elements
 
-    def write(h, a, r):
+    def write(h, a, r, dt=dt, g=g, n=n, shape=shape):
         r = cast_to(r, dt)
         if r.shape != shape:
             r = r.reshape(shape) if r.size == n else np.broadcast_to(r, shape)
@@ -711,14 +715,14 @@ def _matmul(ins: isa.Matmul, B: _Binder) -> Step:
     acc, bf16_out = ins.accumulate, dst.dtype is not DType.float32
     dshape = dst.shape
 
-    def widen(v, key, cols):
+    def widen(v, key, cols, K=K, pad=pad):
         if v.dtype == F32:
             return v.reshape(K, cols)
         buf = pad.get(key, (K, cols), F32)
         widen_to_f32(v.reshape(K, cols), buf)
         return buf
 
-    def step(h, a):
+    def step(h, a, M=M, N=N, acc=acc, bf16_out=bf16_out, dshape=dshape, gd=gd, gm=gm, gs=gs, pad=pad, widen=widen):
         s = widen(gs(h, a), "mm_stationary", M)
         m = widen(gm(h, a), "mm_moving", N)
         res = pad.get("mm_result", (M, N), F32)
@@ -743,14 +747,14 @@ def _transpose(ins: isa.Transpose, B: _Binder) -> Step:
     if src.dtype is dst.dtype:
         gs, gd = B.raw(src), B.raw(dst)
 
-        def step(h, a):
+        def step(h, a, F=F, P=P, dshape=dshape, gd=gd, gs=gs):
             gd(h, a)[...] = gs(h, a).reshape(P, F).T.reshape(dshape)
         return step
     gs, write = B.get(src), _writer(B, dst)
     mode = _int_mode(ins, src, dst)
     load = _loader(mode)
 
-    def step_cast(h, a):
+    def step_cast(h, a, F=F, P=P, gs=gs, load=load, write=write):
         write(h, a, load(gs(h, a)).reshape(P, F).T)
     return step_cast
 
@@ -768,7 +772,7 @@ def _activation(ins: isa.Activation, B: _Binder) -> Step:
     erf_family, gelu = ins.func in (Act.gelu, Act.erf), ins.func is Act.gelu
     bshape = (P,) + (1,) * len(src.free)
 
-    def scale_bias(h, a, x):
+    def scale_bias(h, a, x, F=F, P=P, bshape=bshape, gbias=gbias, gscale=gscale, imm=imm):
         """x * scale + bias in place, each rounded to FP32."""
         s = gscale(h, a).astype(F32) if gscale is not None else imm
         b = gbias(h, a).astype(F32) if gbias is not None else None
@@ -781,7 +785,8 @@ def _activation(ins: isa.Activation, B: _Binder) -> Step:
         if b is not None:
             x += b.reshape(bshape)
 
-    def step(h, a):
+    def step(h, a, F=F, P=P, erf_family=erf_family, func=func, gelu=gelu, gs=gs, prologue=prologue,
+             scale_bias=scale_bias, wred=wred, write=write):
         # a fresh FP32 array, laid out as ever: numpy's functions pick their loops (SIMD or not) from the layout
         x = load_f32(gs(h, a))
         if erf_family:  # the Numba kernel's results do not depend on the layout
@@ -837,7 +842,7 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
         # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output)
         gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
 
-        def step_f(h, a):
+        def step_f(h, a, fop=fop, ga=ga, gb=gb, gd=gd, get=get, shape=shape, write=write):
             x = get(ga(h, a))
             y = get(gb(h, a))
             if x.shape != shape:
@@ -850,7 +855,7 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
                 write(h, a, fop(x, y))
         return step_f
 
-    def step(h, a):
+    def step(h, a, ga=ga, gb=gb, load=load, mode=mode, op=op, shape=shape, wrap=wrap, write=write):
         x = load(ga(h, a)).reshape(shape)
         y = load(gb(h, a)).reshape(shape)
         write(h, a, alu(op, x, y, mode, wrap))
@@ -868,7 +873,8 @@ def _tensor_scalar(ins: isa.TensorScalar, B: _Binder) -> Step:
     op0, op1, rev0, rev1 = ins.op0, ins.op1, ins.reverse0, ins.reverse1
     sshape = src.shape
 
-    def step(h, a):
+    def step(h, a, g0=g0, g1=g1, gs=gs, load=load, mode=mode, op0=op0, op1=op1, rev0=rev0, rev1=rev1, sshape=sshape,
+             wrap=wrap, write=write):
         x = load(gs(h, a))
         o = g0(h, a)
         r = alu(op0, o, x, mode, wrap) if rev0 else alu(op0, x, o, mode, wrap)
@@ -891,7 +897,8 @@ def _scalar_tensor_tensor(ins: isa.ScalarTensorTensor, B: _Binder) -> Step:
     op0, op1, rev0, rev1 = ins.op0, ins.op1, ins.reverse0, ins.reverse1
     sshape = src.shape
 
-    def step(h, a):
+    def step(h, a, g0=g0, go=go, gs=gs, load=load, mode=mode, op0=op0, op1=op1, rev0=rev0, rev1=rev1, sshape=sshape,
+             wrap=wrap, write=write):
         x = load(gs(h, a))
         o = g0(h, a)
         r = alu(op0, o, x, mode, wrap) if rev0 else alu(op0, x, o, mode, wrap)
@@ -908,7 +915,7 @@ def _tensor_reduce(ins: isa.TensorReduce, B: _Binder) -> Step:
     axes = tuple(ax + 1 for ax in ins.axes)
     op, negate = ins.op, ins.negate
 
-    def step(h, a):
+    def step(h, a, axes=axes, gs=gs, load=load, negate=negate, op=op, write=write):
         r = _reduce(op, load(gs(h, a)), axes)
         if negate:
             r = np.negative(r)
@@ -923,13 +930,13 @@ def _tensor_copy(ins: isa.TensorCopy, B: _Binder) -> Step:
         gs, gd = B.raw(src), B.raw(dst)
         same = src.shape == dshape
 
-        def step(h, a):
+        def step(h, a, dshape=dshape, gd=gd, gs=gs, same=same):
             gd(h, a)[...] = gs(h, a) if same else gs(h, a).reshape(dshape)
         return step
     gs, write = B.get(src), _writer(B, dst)
     load = _loader(_int_mode(ins, src, dst))
 
-    def step_cast(h, a):
+    def step_cast(h, a, gs=gs, load=load, write=write):
         write(h, a, load(gs(h, a)))
     return step_cast
 
@@ -943,7 +950,7 @@ def _memset(ins: isa.Memset, B: _Binder) -> Step:
     else:
         value = cast_to(np.asarray(v, F32), dst.dtype)
 
-    def step(h, a):
+    def step(h, a, gd=gd, value=value):
         gd(h, a)[...] = value
     return step
 
@@ -966,7 +973,7 @@ def _iota(ins: isa.Iota, B: _Binder) -> Step:
     values = cast_to(_affine(ins.dst, ins.steps, ins.offset, ins.channel_multiplier), ins.dst.dtype)
     gd = B.get(ins.dst)
 
-    def step(h, a):
+    def step(h, a, gd=gd, values=values):
         gd(h, a)[...] = values
     return step
 
@@ -980,7 +987,7 @@ def _affine_select(ins: isa.AffineSelect, B: _Binder) -> Step:
     gs, write, load = B.get(src), _writer(B, dst), _loader(mode)
     dshape = dst.shape
 
-    def step(h, a):
+    def step(h, a, dshape=dshape, fv=fv, gs=gs, load=load, mask=mask, write=write):
         write(h, a, np.where(mask, load(gs(h, a)).reshape(dshape), fv))
     return step
 
@@ -998,10 +1005,10 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
         else:
             fv = cast_to(np.asarray(float(on_false), F64), dst.dtype).view(raw_dtype(dst.dtype.numpy))
 
-            def gf(h, a):
+            def gf(h, a, fv=fv):
                 return fv
 
-        def step(h, a):
+        def step(h, a, dshape=dshape, false_ap=false_ap, gd=gd, gf=gf, gp=gp, gt=gt):
             pred = gp(h, a).astype(F32).reshape(dshape) != 0
             f = gf(h, a)
             f = f.reshape(dshape) if false_ap else f
@@ -1011,7 +1018,7 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
     gf = B.get(on_false) if false_ap else None
     fimm = None if false_ap else np.float32(on_false)
 
-    def step_cast(h, a):
+    def step_cast(h, a, dshape=dshape, fimm=fimm, gf=gf, gp=gp, gt=gt, write=write):
         pred = gp(h, a).astype(F32).reshape(dshape) != 0
         f = gf(h, a).astype(F32).reshape(dshape) if gf is not None else fimm
         write(h, a, np.where(pred, gt(h, a).astype(F32).reshape(dshape), f))
@@ -1024,7 +1031,7 @@ def _partition_reduce(ins: isa.PartitionReduce, B: _Binder) -> Step:
     gs, write, load = B.get(src), _writer(B, dst), _loader(mode)
     op = ins.op
 
-    def step(h, a):
+    def step(h, a, gs=gs, load=load, op=op, write=write):
         write(h, a, _reduce(op, load(gs(h, a)), 0, keepdims=True))
     return step
 
@@ -1035,14 +1042,14 @@ def _partition_broadcast(ins: isa.PartitionBroadcast, B: _Binder) -> Step:
     if src.dtype is dst.dtype:
         gs, gd = B.raw(src), B.raw(dst)
 
-        def step(h, a):
+        def step(h, a, gd=gd, gs=gs, row=row):
             gd(h, a)[...] = gs(h, a).reshape(row)
         return step
     gs, gd = B.get(src), B.get(dst)
     load = _loader(_int_mode(ins, src, dst))
     dt = dst.dtype
 
-    def step_cast(h, a):
+    def step_cast(h, a, dt=dt, gd=gd, gs=gs, load=load, row=row):
         gd(h, a)[...] = cast_to(load(gs(h, a)), dt).reshape(row)
     return step_cast
 
@@ -1054,17 +1061,17 @@ def _dma_copy(ins: isa.DmaCopy, B: _Binder) -> Step:
     if src.dtype is dst.dtype:
         gs, gd = B.raw(src), B.raw(dst)
         if same_shape:
-            def step_same(h, a):
+            def step_same(h, a, gd=gd, gs=gs):
                 gd(h, a)[...] = gs(h, a)
             return step_same
 
-        def step(h, a):
+        def step(h, a, dshape=dshape, gd=gd, gs=gs):
             gd(h, a)[...] = gs(h, a).reshape(dshape)
         return step
     gs, gd = B.get(src), B.get(dst)
     sdt, ddt = src.dtype, dst.dtype
 
-    def step_cast(h, a):
+    def step_cast(h, a, ddt=ddt, dshape=dshape, gd=gd, gs=gs, sdt=sdt):
         gd(h, a)[...] = dma_convert(gs(h, a), sdt, ddt).reshape(dshape)
     return step_cast
 
@@ -1075,7 +1082,7 @@ def _dma_transpose(ins: isa.DmaTranspose, B: _Binder) -> Step:
     dshape = dst.shape
     gs, gd = B.raw(src), B.raw(dst)  # same dtype (validated): bit exact
 
-    def step(h, a):
+    def step(h, a, F=F, P=P, dshape=dshape, gd=gd, gs=gs):
         gd(h, a)[...] = gs(h, a).reshape(P, F).T.reshape(dshape)
     return step
 
@@ -1103,7 +1110,7 @@ def _dma_gather(ins: isa.DmaGather, B: _Binder) -> Step:
         gt, gd = B.get(table), B.get(dst)
         conv = (table.dtype, dst.dtype)
 
-    def step(h, a):
+    def step(h, a, P=P, conv=conv, dshape=dshape, gd=gd, gi=gi, gt=gt, index=index, rows=rows):
         idx = _indices(gi, h, a, rows, P, index.start_partition, "gather")
         vals = gt(h, a)[idx]
         if conv is not None:
@@ -1126,7 +1133,7 @@ def _dma_scatter(ins: isa.DmaScatter, B: _Binder) -> Step:
             gt, gs = B.get(table), B.get(src)
             conv = (sdt, tdt)
 
-        def step(h, a):
+        def step(h, a, P=P, conv=conv, gi=gi, gs=gs, gt=gt, index=index, rows=rows, tshape=tshape):
             idx = _indices(gi, h, a, rows, P, index.start_partition, "scatter")
             vals = gs(h, a).reshape(tshape)
             if conv is not None:
@@ -1142,7 +1149,7 @@ def _dma_scatter(ins: isa.DmaScatter, B: _Binder) -> Step:
     exact = _is_intlike(tdt)
     load = _loader(exact)
 
-    def step_acc(h, a):
+    def step_acc(h, a, P=P, gi=gi, gs=gs, gt=gt, index=index, load=load, rows=rows, tdt=tdt, tshape=tshape):
         idx = _indices(gi, h, a, rows, P, index.start_partition, "scatter")
         vals = load(gs(h, a)).reshape(tshape)
         t = gt(h, a)
