@@ -85,6 +85,7 @@ def bench(session):
     session.run("python", "bench/kernels.py", env=env)
     session.run("python", "bench/torch_ops.py", env=env)
     session.run("python", "bench/compile.py", env=env)
+    session.run("python", "bench/compile_wall.py", env=env)
     session.run("python", "bench/distributed.py", env=env)
 
 
