@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from neuron_hal import ProgramError
 from neuron_kernels.library import embedding as emb
 
 from .common import contig, out_variant
 from .compose import FLOATS, index32, same_device
-from .launch import device_dtype, run
+from .launch import device_dtype, run_indexed
 from .oncpu import on_cpu
 from .registry import impl
 
@@ -24,12 +23,7 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def _checked(op: str, kernel, *args):
-    try:
-        return run(op, kernel, *args)[0]
-    except ProgramError as e:
-        if "bounds" not in str(e):
-            raise
-        raise IndexError("index out of range in self") from e
+    return run_indexed(op, kernel, *args, message="index out of range in self")[0]
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from neuron_hal import DType
+from neuron_hal import DType, ProgramError
 from neuron_kernels import TensorSpec
 
 from ..metrics import record_native
@@ -145,6 +145,17 @@ def run(op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:
     same device. Inputs the kernel writes (``inout``) are updated in place.
     """
     return execute(op, prepared(kernel, args, kwargs), args, kwargs)
+
+
+def run_indexed(op: str, kernel, *args, message: str, **kwargs) -> list[torch.Tensor]:
+    """``run`` for a kernel indexing by tensor values (indirect DMA): the device's bounds check failing is the
+    IndexError torch raises (``message``), not the program's error."""
+    try:
+        return run(op, kernel, *args, **kwargs)
+    except ProgramError as e:
+        if "bounds" not in str(e):
+            raise
+        raise IndexError(message) from e
 
 
 def run_into(outs: list[torch.Tensor], op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:

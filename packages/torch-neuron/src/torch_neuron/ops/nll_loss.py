@@ -15,12 +15,11 @@ import math
 
 import torch
 
-from neuron_hal import ProgramError
 from neuron_kernels.library import nll
 
 from .common import contig, write_out
 from .compose import FLOATS, same_device, write_outs
-from .launch import run
+from .launch import run_indexed
 from .oncpu import on_cpu
 from .registry import impl
 
@@ -54,12 +53,8 @@ def _reduction(self, reduction: int) -> str:
 
 
 def _launch(op: str, kernel, *args, **kwargs) -> list[torch.Tensor]:
-    try:
-        return run(op, kernel, *args, **kwargs)
-    except ProgramError as e:
-        if "bounds" not in str(e):
-            raise
-        raise IndexError(f"{op}: a target is out of bounds (valid: 0..C-1 or ignore_index)") from e
+    return run_indexed(op, kernel, *args, message=f"{op}: a target is out of bounds (valid: 0..C-1 or ignore_index)",
+                       **kwargs)
 
 
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
