@@ -12,13 +12,13 @@ instructions cost nothing, against eager as it is:
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import statistics
 import sys
 import time
 import warnings
 
-import numpy as np
 import torch
 
 import neuron_sim.values as V
@@ -26,6 +26,7 @@ from neuron_hal import isa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compile as bench_compile  # noqa: E402  (bench/compile.py: the model and its step)
+from values_profile import timed_run  # noqa: E402  (times chosen instructions, as ValuesPlan.run runs them)
 
 
 def _total_run(acc: list):
@@ -36,30 +37,6 @@ def _total_run(acc: list):
             return _RUN(self, hbm, addresses, core)
         finally:
             acc[0] += time.perf_counter() - t0
-    return run
-
-
-def _matmul_run(acc: list):
-    """ValuesPlan.run (same BLAS threads) timing its matmul steps only into ``acc`` ([seconds, count])."""
-    def run(self, hbm, addresses, core):
-        steps = self.bind(core)
-        core.note_written(self.sbuf_hi, self.psum_hi)
-        prev = V.set_blas_threads_local(V._blas_threads_wanted()) if self.has_matmul else None
-        try:
-            with np.errstate(all="ignore"):
-                for ins, step in zip(self.instructions, steps):
-                    if step is None:
-                        continue
-                    if isinstance(ins, isa.Matmul):
-                        t0 = time.perf_counter()
-                        step(hbm, addresses)
-                        acc[0] += time.perf_counter() - t0
-                        acc[1] += 1
-                    else:
-                        step(hbm, addresses)
-        finally:
-            if prev is not None:
-                V.set_blas_threads_local(prev)
     return run
 
 
@@ -86,13 +63,13 @@ def measure(compiled: bool, steps: int) -> tuple[float, float, float, int]:
     walls, values, matmuls = [], [], []
     for _ in range(steps):
         walls.append(_timed(step))
-        total, mm = [0.0], [0.0, 0]
+        total, mm = [0.0], collections.defaultdict(lambda: [0, 0.0])
         _timed(step, _total_run(total))
         values.append(total[0])
-        _timed(step, _matmul_run(mm))
-        matmuls.append(mm[0])
+        _timed(step, timed_run(mm, key=lambda ins: "matmul" if isinstance(ins, isa.Matmul) else None))
+        matmuls.append(mm["matmul"][1])
     return (statistics.median(walls) * 1e3, statistics.median(values) * 1e3, statistics.median(matmuls) * 1e3,
-            mm[1])
+            mm["matmul"][0])
 
 
 def main() -> None:

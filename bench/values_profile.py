@@ -43,8 +43,9 @@ def kind(ins) -> str:
     return name
 
 
-def timed_run(stats):
-    """A ValuesPlan.run that times each step into ``stats`` (kind -> [count, seconds])."""
+def timed_run(stats, key=kind):
+    """A ValuesPlan.run that times each step into ``stats`` (``key(instruction)`` -> [count, seconds]); steps
+    whose key is None run untimed."""
     def run(self, hbm, addresses, core):
         steps = self.bind(core)
         core.note_written(self.sbuf_hi, self.psum_hi)
@@ -52,12 +53,17 @@ def timed_run(stats):
         try:
             with np.errstate(all="ignore"):
                 for ins, step in zip(self.instructions, steps):
-                    if step is not None:
-                        t0 = time.perf_counter()
+                    if step is None:
+                        continue
+                    k = key(ins)
+                    if k is None:
                         step(hbm, addresses)
-                        entry = stats[kind(ins)]
-                        entry[0] += 1
-                        entry[1] += time.perf_counter() - t0
+                        continue
+                    t0 = time.perf_counter()
+                    step(hbm, addresses)
+                    entry = stats[k]
+                    entry[0] += 1
+                    entry[1] += time.perf_counter() - t0
         finally:
             if prev is not None:
                 V.set_blas_threads_local(prev)

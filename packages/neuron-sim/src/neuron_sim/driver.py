@@ -14,7 +14,7 @@ from neuron_hal.driver import ExecutionReport
 from neuron_hal.emulated import EmulatedDriver, Loaded, MergedGraph
 from neuron_hal.isa import COMPUTE_ENGINES
 
-from .schedule import Stored, schedule, stored
+from .schedule import Stored, in_order, schedule, stored
 from .timing import chrome_trace, prepare_timing, run_timing
 from .values import CoreMemory, run_values
 
@@ -89,5 +89,5 @@ class _Known:
 
     def loaded(self, profile) -> Loaded:
         if self._loaded is None:
-            self._loaded = Loaded(*schedule(self.graph.build(), profile, self.graph.key))
+            self._loaded = Loaded(*in_order(self.graph.build(), self.stored.order, profile))
         return self._loaded

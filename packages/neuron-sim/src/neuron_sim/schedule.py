@@ -40,8 +40,7 @@ def schedule(program: Program, profile: Profile, key: str | None = None) -> tupl
     path = _stored(key, profile)
     entry = _load(path, len(program.instructions))
     if entry is not None:
-        program = program if _is_identity(entry.order) else reordered(program, entry.order)
-        return program, prepare_timing(program, profile)
+        return in_order(program, entry.order, profile)
     if len(program.instructions) * max(len(program.args), 1) > EXACT_STATE_MAX:
         best = (program, prepare_timing(program, profile), np.arange(len(program.instructions)))
     else:
@@ -85,6 +84,12 @@ def stored(key: str | None, profile: Profile, instructions: int) -> Stored | Non
     """The kept schedule and timing of the ``instructions``-long program with content address ``key``, if an
     earlier :func:`schedule` (in any process) kept them."""
     return _load(_stored(key, profile), instructions)
+
+
+def in_order(program: Program, order: np.ndarray, profile: Profile) -> tuple[Program, TimingPlan]:
+    """``program`` in a kept order (:attr:`Stored.order`), with its timing plan."""
+    program = program if _is_identity(order) else reordered(program, order)
+    return program, prepare_timing(program, profile)
 
 
 def _is_identity(order: np.ndarray) -> bool:

@@ -219,7 +219,6 @@ def _is_call(node, targets) -> bool:
     return isinstance(node, fx.Node) and node.op == "call_function" and node.target in targets
 
 
-
 # the norm backwards whose grad_input a residual add and a cast can go into: the op's implementation, taking them
 _NORM_BACKWARDS = {aten.native_layer_norm_backward.default: normalization.layer_norm_backward,
                    aten._fused_rms_norm_backward.default: normalization.rms_norm_backward}
