@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from neuron_hal import AP, TRN1, TRN2, TRN3, Act, Alu, DType, Engine, Program, Space, TensorArg, isa, validate
-from neuron_sim import timing
+from neuron_sim import deps, encode
+from neuron_sim.plan import N_COMPUTE
 from neuron_sim.timing import prepare_timing, run_timing
 
 PROFILES = [TRN1, TRN2, TRN3]
@@ -388,11 +389,11 @@ def test_field_roles_match_reads_and_writes():
     ]
     for ins in samples:
         reads, writes = set(), set()
-        for name, role in timing._field_roles(type(ins)):
+        for name, role in encode._field_roles(type(ins)):
             v = getattr(ins, name)
             if not isinstance(v, AP):
                 continue
-            if role == "r" or (role == "wr" and getattr(ins, timing._READS_DST_IF[type(ins)])):
+            if role == "r" or (role == "wr" and getattr(ins, encode._READS_DST_IF[type(ins)])):
                 reads.add(name)
             if role in ("w", "wr"):
                 writes.add(name)
@@ -580,7 +581,7 @@ def test_war_and_waw_waits():
 
 def test_coarse_hbm_tracking_orders_against_fine_accesses(monkeypatch):
     """An HBM access too large to enumerate is tracked per tensor, conservatively."""
-    monkeypatch.setattr(timing, "HBM_ACCESS_BLOCKS_MAX", 4)
+    monkeypatch.setattr(deps, "HBM_ACCESS_BLOCKS_MAX", 4)
     p = TRN2
     args = [TensorArg("t", (1024, 64), "float32", "inout")]
     idx = AP.sbuf("int32", 64, (1,), offset=60000)
@@ -765,10 +766,10 @@ def test_dependencies_match_brute_force(prog, exact):
 
 
 @settings(max_examples=60, deadline=None)
-@given(prog=random_program(exact=False), coarse_limit=st.sampled_from([timing.HBM_ACCESS_BLOCKS_MAX, 2, 0]))
+@given(prog=random_program(exact=False), coarse_limit=st.sampled_from([deps.HBM_ACCESS_BLOCKS_MAX, 2, 0]))
 def test_dependencies_are_sound_when_approximate(prog, coarse_limit):
     """Strided tiles, crowded blocks (merged records) and HBM accesses tracked per tensor: still sound."""
-    with mock.patch.object(timing, "HBM_ACCESS_BLOCKS_MAX", coarse_limit):
+    with mock.patch.object(deps, "HBM_ACCESS_BLOCKS_MAX", coarse_limit):
         check_dependencies(prog, exact=False)
 
 
@@ -795,7 +796,7 @@ def check_dependencies(prog, exact):
         started_after = set()
         for k in preds[i]:
             started_after |= ends_by[k]
-        if s in last_on and s < timing.N_COMPUTE:
+        if s in last_on and s < N_COMPUTE:
             started_after |= ends_by[last_on[s]]
         ends_by[i] = started_after | {i} | (ends_by[last_on[s]] if s in last_on else set())
         last_on[s] = i

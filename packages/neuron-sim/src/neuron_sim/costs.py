@@ -266,3 +266,37 @@ def _runs(side: Opnd) -> np.ndarray:
     whole_rows = (side.space == HBM) & (per_row == 1) & (side.pstride == side.n)
     runs = np.where(whole_rows, 1, side.partitions * per_row)
     return np.where(side.present, np.maximum(runs, 1), 0)
+
+
+# ---- sequence-dependent costs -----------------------------------------------------------------
+def load_stationary(cycles, ls_cycles, te, te_mm, te_key) -> np.ndarray:
+    """Cycles with each matmul's exposed LoadStationary added.
+
+    The stationary is loaded in the background during the previous TensorE instruction: a matmul whose
+    stationary AP differs from the previous TensorE instruction's (a transpose counts as different) adds
+    max(0, LS - previous duration); the first TensorE matmul pays LS in full.
+    """
+    cycles = cycles.copy()
+    if not te_mm.any():
+        return cycles
+    base = cycles[te]
+    same = np.zeros(te.size, bool)
+    same[1:] = te_mm[1:] & te_mm[:-1] & np.all(te_key[1:] == te_key[:-1], axis=1)
+    prev = np.concatenate(([0.0], base[:-1]))
+    ls = ls_cycles[te]
+    exposed = np.where(np.arange(te.size) == 0, ls, np.maximum(0.0, ls - prev))
+    cycles[te] = base + np.where(te_mm & ~same, exposed, 0.0)
+    return cycles
+
+
+def dependent_issue(cycles, engine, dependent, profile) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles, applied): a Vector/Scalar/GpSimd instruction that reads what the instruction just before it on
+    its engine wrote takes at least ``dependent_issue_cycles``."""
+    vsg = (engine >= VECTOR) & (engine <= GPSIMD) & dependent
+    return np.where(vsg, np.maximum(cycles, float(profile.dependent_issue_cycles)), cycles), vsg
+
+
+def durations_ns(cycles, engine, profile) -> np.ndarray:
+    """Compute instructions' durations at their engine's clock (DMA instructions: 0, timed by the event loop)."""
+    ghz = np.array([profile.clock_ghz(e) for e in ("tensor", "vector", "scalar", "gpsimd")] + [1.0])
+    return np.where(engine == SYNC, 0.0, cycles / ghz[engine])

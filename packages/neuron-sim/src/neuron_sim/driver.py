@@ -15,7 +15,8 @@ from neuron_hal.emulated import EmulatedDriver, Loaded, MergedGraph
 from neuron_hal.isa import COMPUTE_ENGINES
 
 from .schedule import Stored, in_order, schedule, stored
-from .timing import chrome_trace, prepare_timing, run_timing
+from .timing import prepare_timing, run_timing
+from .trace import chrome_trace
 from .values import CoreMemory, run_values
 
 

@@ -24,7 +24,9 @@ from neuron_hal.cache import cache_dir, sources_digest, write_atomic
 from neuron_hal.profiles import Profile
 from neuron_hal.program import Program
 
-from .timing import ENGINE_NAMES, TimingPlan, TimingResult, _successors, prepare_timing, run_timing
+from .deps import successors
+from .plan import ENGINE_NAMES, TimingPlan, TimingResult
+from .timing import prepare_timing, run_timing
 
 # The exact dependency pass keeps per-tensor state for every instruction (each its own stream): programs beyond
 # this many (instructions x tensors) keep their launch order rather than take that memory (an implementation
@@ -144,7 +146,7 @@ def candidate_orders(plan: TimingPlan, profile: Profile) -> list[np.ndarray]:
     """Orders of the instructions of a plan prepared with ``exact=True``, each keeping every dependency."""
     if plan.n < 2:
         return []
-    succ_ptr, succ_idx, _ = _successors(plan.n, *plan.exact)
+    succ_ptr, succ_idx, _ = successors(plan.n, *plan.exact)
     latency, occupancy = _costs(plan, profile)
     priority = _bottom_level(latency, succ_ptr, succ_idx)
     return [_by_priority(plan, priority, succ_ptr, succ_idx),

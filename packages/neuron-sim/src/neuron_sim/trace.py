@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .timing import N_COMPUTE, OPCODE_NAMES, TimingPlan, TimingResult, stream_name
+from .plan import N_COMPUTE, OPCODE_NAMES, TimingPlan, TimingResult, stream_name
 
 
 def chrome_trace(program, plan: TimingPlan, result: TimingResult, device: int = 0) -> dict:
