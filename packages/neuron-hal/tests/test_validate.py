@@ -200,3 +200,66 @@ def test_scalar_tensor_tensor_rules():
     i32 = [AP.sbuf("int32", 128, (8,), offset=o) for o in (0, 64, 128)]
     check(isa.ScalarTensorTensor(i32[0], i32[1], Alu.left_shift, 2.0, Alu.bitwise_or, i32[2]))
     broken("bitwise immediate", isa.ScalarTensorTensor(i32[0], i32[1], Alu.left_shift, 2.5, Alu.add, i32[2]))
+
+
+def test_tensor_tensor_scan_rules():
+    col = AP.sbuf("float32", 128, (1,), offset=8192)
+    d1 = AP.sbuf("float32", 128, (512,), offset=16384)
+    ps1 = AP.psum("float32", 128, (512,), offset=4096)
+    check(isa.TensorTensorScan(SB, SB16, d1, 0.0, Alu.multiply, Alu.add))
+    check(isa.TensorTensorScan(SB, PS, d1, col, Alu.max, Alu.subtract, reverse0=True, reverse1=True))
+    check(isa.TensorTensorScan(SB, SB16, ps1, col, Alu.divide, Alu.greater))  # one input in PSUM: fine
+    check(isa.TensorTensorScan(AP.sbuf("bfloat16", 128, (4, 128)), SB16, d1, -1.5, Alu.add, Alu.add))  # 512 each
+    broken("scan operands", isa.TensorTensorScan(SB, PS, ps1, 0.0, Alu.multiply, Alu.add), match="both in PSUM")
+    broken("shape", isa.TensorTensorScan(SB, SB16, AP.sbuf("float32", 128, (511,), offset=16384), 0.0,
+                                         Alu.multiply, Alu.add), match="operand (128, 511) does not match")
+    broken("shape", isa.TensorTensorScan(SB, AP.sbuf("bfloat16", 64, (512,)), d1, 0.0, Alu.multiply, Alu.add),
+           match="operand (64, 512)")
+    two, short = AP.sbuf("float32", 128, (2,), offset=8192), AP.sbuf("float32", 64, (1,), offset=8192)
+    broken("per-partition operand", isa.TensorTensorScan(SB, SB16, d1, two, Alu.multiply, Alu.add),
+           match="initial must be [128, 1], got [128, 2]")
+    broken("per-partition operand", isa.TensorTensorScan(SB, SB16, d1, short, Alu.multiply, Alu.add),
+           match="got [64, 1]")
+    broken("scan op", isa.TensorTensorScan(SB, SB16, d1, 0.0, Alu.bitwise_and, Alu.add), match="op0 is bitwise_and")
+    broken("scan op", isa.TensorTensorScan(SB, SB16, d1, 0.0, Alu.add, Alu.left_shift), match="op1 is left_shift")
+    broken("engine", isa.TensorTensorScan(SB, SB16, d1, 0.0, Alu.multiply, Alu.add, engine=Engine.GPSIMD),
+           match="tensor_tensor_scan runs on vector, not gpsimd")
+    broken("engine memory access", isa.TensorTensorScan(SB, AP.hbm(0, "float32", (128, 512)), d1, 0.0,
+                                                        Alu.multiply, Alu.add), match="use DMA")
+    wide = AP.psum("bfloat16", 128, (4097,))
+    broken("vector psum free size", isa.TensorTensorScan(AP.sbuf("float32", 128, (4097,)), wide,
+                                                         AP.sbuf("float32", 128, (4097,), offset=32768), 0.0,
+                                                         Alu.multiply, Alu.add), match="4097 elements per partition")
+
+
+def test_bn_stats_rules():
+    rec = AP.sbuf("float32", 128, (6,), offset=8192)
+    check(isa.BnStats(rec, SB))  # 512 elements: exactly bn_stats_fmax
+    check(isa.BnStats(AP.sbuf("bfloat16", 128, (2, 3), offset=8192), AP.sbuf("bfloat16", 128, (4, 128))))
+    check(isa.BnStats(AP.psum("float32", 1, (6,), offset=4096), AP.psum("float32", 1, (1,))))
+    assert TRN2.bn_stats_fmax == 512
+    broken("bn_stats free size", isa.BnStats(rec, AP.sbuf("float32", 128, (513,))),
+           match="513 elements per partition > bn_stats_fmax 512")
+    broken("bn_stats free size", isa.BnStats(rec, AP.sbuf("float32", 128, (2, 300))), match="600 elements")
+    broken("shape", isa.BnStats(AP.sbuf("float32", 128, (5,), offset=8192), SB), match="must be [128, 6]")
+    broken("shape", isa.BnStats(AP.sbuf("float32", 64, (6,), offset=8192), SB), match="dst [64, 6] must be [128, 6]")
+    broken("statistics dtype", isa.BnStats(rec.with_dtype("int32"), SB), match="dst is int32, use a float dtype")
+    broken("engine", isa.BnStats(rec, SB, engine=Engine.GPSIMD), match="bn_stats runs on vector, not gpsimd")
+    broken("engine memory access", isa.BnStats(rec, AP.hbm(0, "float32", (128, 512))), match="use DMA")
+
+
+def test_bn_aggr_rules():
+    mv = AP.sbuf("float32", 128, (2,), offset=8192)
+    check(isa.BnAggr(mv, AP.sbuf("float32", 128, (12,))))
+    check(isa.BnAggr(mv, AP.sbuf("float32", 128, (3,))))  # triples, not whole records
+    check(isa.BnAggr(AP.sbuf("bfloat16", 128, (2,), offset=8192), AP.psum("bfloat16", 128, (4, 6))))
+    broken("bn_aggr input", isa.BnAggr(mv, AP.sbuf("float32", 128, (7,))),
+           match="src has 7 elements per partition; bn_aggr takes whole (count, mean, variance*count) triples")
+    broken("bn_aggr input", isa.BnAggr(mv, AP.sbuf("float32", 128, (0,))), match="src has 0 elements")
+    broken("shape", isa.BnAggr(AP.sbuf("float32", 128, (3,), offset=8192), AP.sbuf("float32", 128, (6,))),
+           match="dst [128, 3] must be [128, 2]")
+    broken("shape", isa.BnAggr(AP.sbuf("float32", 32, (2,), offset=8192), AP.sbuf("float32", 128, (6,))),
+           match="must be [128, 2]")
+    broken("statistics dtype", isa.BnAggr(mv.with_dtype("int16"), AP.sbuf("float32", 128, (6,))), match="int16")
+    broken("engine", isa.BnAggr(mv, AP.sbuf("float32", 128, (6,)), engine=Engine.SCALAR),
+           match="bn_aggr runs on vector, not scalar")

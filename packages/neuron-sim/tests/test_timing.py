@@ -71,6 +71,12 @@ def expected_cycles(ins, p) -> float:
         fast = (ins.src.dtype is ins.operand1.dtype is DType.bfloat16 and ins.op0 is Alu.subtract
                 and ins.op1 is Alu.multiply and ins.dst.free_size % 2 == 0)
         return max(lo, n if fast else 2 * n)
+    if isinstance(ins, isa.TensorTensorScan):
+        return max(lo, 2 * ins.data0.free_size * penalty(ins, p))
+    if isinstance(ins, isa.BnStats):
+        return max(lo, ins.src.free_size * penalty(ins, p))
+    if isinstance(ins, isa.BnAggr):
+        return max(lo, 13 * (ins.src.free_size / 3) * penalty(ins, p))
     if isinstance(ins, (isa.TensorScalar, isa.TensorCopy)):
         both16 = is16(ins.dst) and is16(ins.src)
         f = 1
@@ -259,6 +265,62 @@ def test_scalar_tensor_tensor_cost_cases():
     assert cycles(16) == p.min_ii and cycles(40, dt="float32") == 80
 
 
+@CASES
+@given(p=profiles, parts=partitions_st, n=st.sampled_from(SIZES + [3, 129, 2047]), data=st.data())
+def test_tensor_tensor_scan_alone(p, parts, n, data):
+    d0 = data.draw(on_chip(Engine.VECTOR, parts, n, 0, FLOATS))
+    d1 = data.draw(on_chip(Engine.VECTOR, parts, n, 1, FLOATS))
+    assume(not (d0.space is d1.space is Space.PSUM))
+    dst = data.draw(on_chip(Engine.VECTOR, parts, n, 2, FLOATS))
+    initial = AP.sbuf("float32", parts, (1,), offset=150000) if data.draw(st.booleans()) else 0.0
+    op0, op1 = data.draw(st.sampled_from([(Alu.multiply, Alu.add), (Alu.add, Alu.add), (Alu.max, Alu.subtract)]))
+    check_alone(isa.TensorTensorScan(dst, d0, d1, initial, op0, op1, reverse1=data.draw(st.booleans())), p)
+
+
+@CASES
+@given(p=profiles, parts=partitions_st, n=st.sampled_from([1, 2, 7, 33, 64, 100, 128, 511, 512]), data=st.data())
+def test_bn_stats_alone(p, parts, n, data):
+    src = data.draw(on_chip(Engine.VECTOR, parts, n, 0, FLOATS))
+    dst = data.draw(on_chip(Engine.VECTOR, parts, 6, 1, FLOATS))
+    check_alone(isa.BnStats(dst, src), p)
+
+
+@CASES
+@given(p=profiles, parts=partitions_st, k=st.sampled_from([1, 2, 4, 5, 16, 33, 100, 1000]), data=st.data())
+def test_bn_aggr_alone(p, parts, k, data):
+    src = data.draw(on_chip(Engine.VECTOR, parts, 3 * k, 0, FLOATS))
+    dst = data.draw(on_chip(Engine.VECTOR, parts, 2, 1, FLOATS))
+    check_alone(isa.BnAggr(dst, src), p)
+
+
+def test_scan_and_batch_norm_cost_cases():
+    """The documented formulas themselves: scan 2N, bn_stats N, bn_aggr 13 per triple; all at least MIN_II,
+    the N term doubled by the stride penalty."""
+    p = TRN2
+
+    def cycles(ins):
+        return time_one(ins, p)[0].cycles[0]
+
+    def scan(n, d0=None):
+        d0 = d0 or AP.sbuf("bfloat16", 128, (n,))
+        return cycles(isa.TensorTensorScan(AP.sbuf("float32", 128, (n,), offset=100000), d0,
+                                           AP.sbuf("float32", 128, (n,), offset=40000), 0.0, Alu.multiply, Alu.add))
+
+    assert scan(512) == 1024 and scan(33) == 66 and scan(32) == p.min_ii == 64 and scan(1) == 64
+    assert scan(512, AP(Space.SBUF, DType.float32, 128, ((512, 4),))) == 2048  # 16-byte stride: penalty
+    assert scan(512, AP.psum("float32", 128, (512,))) == 1024  # no PSUM/SBUF split fast mode documented
+
+    def stats(n, dt="float32"):
+        return cycles(isa.BnStats(AP.sbuf("float32", 128, (6,), offset=100000), AP.sbuf(dt, 128, (n,))))
+
+    assert stats(512) == 512 and stats(100, "bfloat16") == 100 and stats(63) == 64 and stats(1) == 64
+
+    def aggr(n):
+        return cycles(isa.BnAggr(AP.sbuf("float32", 128, (2,), offset=100000), AP.sbuf("float32", 128, (n,))))
+
+    assert aggr(6) == 64 and aggr(12) == 64 and aggr(15) == 65 and aggr(384) == 13 * 128 and aggr(3000) == 13000
+
+
 def test_perf_modes_by_profile():
     """The documented factors themselves: 4x / 2x VectorE copies on trn2+, ScalarE 2x on trn3 only."""
     src, dst = AP.sbuf("bfloat16", 128, (1024,)), AP.sbuf("bfloat16", 128, (1024,), offset=8192)
@@ -386,6 +448,9 @@ def test_field_roles_match_reads_and_writes():
         isa.ScalarTensorTensor(x[0], x[1], Alu.subtract, x[2], Alu.multiply, x[3]),
         isa.ScalarTensorTensor(x[0], x[1], Alu.subtract, 1.0, Alu.multiply, x[3]),
         isa.DmaTranspose(x[0], table), isa.DmaTranspose(x[0], x[1]),
+        isa.TensorTensorScan(x[0], x[1], x[2], x[3], Alu.multiply, Alu.add),
+        isa.TensorTensorScan(x[0], x[1], x[2], 0.0, Alu.multiply, Alu.add), isa.BnStats(x[0], x[1]),
+        isa.BnAggr(x[0], x[1]),
     ]
     for ins in samples:
         reads, writes = set(), set()

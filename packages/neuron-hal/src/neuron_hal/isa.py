@@ -352,6 +352,29 @@ class ScalarTensorTensor(Instruction):
     engine: Engine = Engine.VECTOR
 
 
+@_instruction("tensor_tensor_scan", (Engine.VECTOR,))
+class TensorTensorScan(Instruction):
+    """A scan of two tiles along the free dims, per partition, in FP32 (VectorE; NKI's ``tensor_tensor_scan``).
+
+    With the free dims flattened in row-major order (the order the access patterns step through them):
+    ``s = initial``, then for each i ``s = op1(op0(data0[i], s), data1[i])`` and ``dst[i] = s``. ``reverse0`` swaps
+    op0's operands (``op0(s, data0[i])``), ``reverse1`` op1's (``op1(data1[i], .)``). ``initial`` is an immediate
+    or a [P, 1] AP. The state stays FP32 from element to element; each output element is rounded once to dst's
+    dtype. data0, data1 and dst have the same partitions and elements per partition; data0 and data1 are not both
+    in PSUM; op0 and op1 are arithmetic (not bitwise) ops.
+    """
+
+    dst: AP
+    data0: AP
+    data1: AP
+    initial: Operand
+    op0: Alu
+    op1: Alu
+    reverse0: bool = False
+    reverse1: bool = False
+    engine: Engine = Engine.VECTOR
+
+
 @_instruction("tensor_reduce", (Engine.VECTOR, Engine.GPSIMD))
 class TensorReduce(Instruction):
     """dst = op-reduction of src over the free ``axes`` (indices into src.free); ``negate`` negates."""
@@ -361,6 +384,38 @@ class TensorReduce(Instruction):
     op: Alu
     axes: tuple[int, ...]
     negate: bool = False
+    engine: Engine = Engine.VECTOR
+
+
+@_instruction("bn_stats", (Engine.VECTOR,))
+class BnStats(Instruction):
+    """Mean/variance statistics of each partition of src (VectorE; NKI's ``bn_stats``), dst [P, 6]:
+    ``(count, mean, variance * count)`` of the even-indexed elements, then the same of the odd-indexed ones
+    (indices of the free dims flattened in row-major order). At most ``bn_stats_fmax`` elements per partition.
+
+    NKI documents the record, not the algorithm; the choice here: FP32 Welford's update, element by element in
+    order within each half (``n += 1; d = x - mean; mean += d / n; M2 += d * (x - mean)``, each operation rounded
+    to FP32), then cast to dst's dtype (a float dtype). A half without elements gives (0, 0, 0).
+    """
+
+    dst: AP
+    src: AP
+    engine: Engine = Engine.VECTOR
+
+
+@_instruction("bn_aggr", (Engine.VECTOR,))
+class BnAggr(Instruction):
+    """Aggregate ``(count, mean, variance * count)`` triples (the records of one or more ``bn_stats``: src
+    [P, 3k]) into dst [P, 2] = (mean, population variance) per partition (VectorE; NKI's ``bn_aggr``).
+
+    NKI does not state the combination; the choice here: FP32 Chan's parallel formula, triple by triple in order
+    from a state (n, mean, M2) = (0, 0, 0): a triple of count 0 is skipped, else ``n' = n + nb; w = nb / n';
+    d = mb - mean; mean += d * w; M2 = (M2 + M2b) + (d * d) * (n * w); n = n'``, each operation rounded to FP32; then
+    variance = M2 / n (mean and variance both NaN when the total count is 0), cast to dst's dtype (a float dtype).
+    """
+
+    dst: AP
+    src: AP
     engine: Engine = Engine.VECTOR
 
 

@@ -354,6 +354,68 @@ def _scalar_tensor_tensor(ins: isa.ScalarTensorTensor, profile: Profile) -> None
     _integer_operands(ins, ins.op1)
 
 
+def _tensor_tensor_scan(ins: isa.TensorTensorScan, profile: Profile) -> None:
+    d0, d1 = ins.data0, ins.data1
+    _same_shape(ins.dst, d0, d1)
+    _per_partition(ins.dst, ins.initial, "initial")
+    _require(
+        not (d0.space is Space.PSUM and d1.space is Space.PSUM),
+        "scan operands",
+        "data0 and data1 are both in PSUM; at most one of them may be (put the other in SBUF)",
+    )
+    for name, op in (("op0", ins.op0), ("op1", ins.op1)):
+        _require(
+            not op.is_bitwise,
+            "scan op",
+            lambda: f"{name} is {op.value}, a bitvec op; the scan computes in FP32 and takes arithmetic ops only",
+        )
+
+
+def _bn_stats(ins: isa.BnStats, profile: Profile) -> None:
+    src, dst = ins.src, ins.dst
+    _require(
+        src.free_size <= profile.bn_stats_fmax,
+        "bn_stats free size",
+        lambda: (
+            f"src has {src.free_size} elements per partition > bn_stats_fmax {profile.bn_stats_fmax}; run bn_stats "
+            f"on chunks of at most {profile.bn_stats_fmax} into one record tile and combine them with bn_aggr"
+        ),
+    )
+    _require(
+        dst.partitions == src.partitions and dst.free_size == 6,
+        "shape",
+        lambda: f"dst {list(dst.shape)} must be [{src.partitions}, 6] (count, mean, variance*count of even, odd)",
+    )
+    _float_record(dst, "bn_stats")
+
+
+def _bn_aggr(ins: isa.BnAggr, profile: Profile) -> None:
+    src, dst = ins.src, ins.dst
+    _require(
+        src.free_size >= 3 and src.free_size % 3 == 0,
+        "bn_aggr input",
+        lambda: (
+            f"src has {src.free_size} elements per partition; bn_aggr takes whole (count, mean, variance*count) "
+            "triples: a positive multiple of 3 (a bn_stats record is 6)"
+        ),
+    )
+    _require(
+        dst.partitions == src.partitions and dst.free_size == 2,
+        "shape",
+        lambda: f"dst {list(dst.shape)} must be [{src.partitions}, 2] (mean, variance)",
+    )
+    _float_record(dst, "bn_aggr")
+
+
+def _float_record(dst: AP, opcode: str) -> None:
+    _require(
+        dst.dtype.is_float,
+        "statistics dtype",
+        lambda: f"{opcode} writes means and variances; dst is {dst.dtype}, use a float dtype (float32 keeps counts "
+                "exact)",
+    )
+
+
 def _tensor_reduce(ins: isa.TensorReduce, profile: Profile) -> None:
     src, dst = ins.src, ins.dst
     _require(ins.op in isa.REDUCE_OPS, "reduce op", lambda: f"{ins.op.value} is not a reduction")
@@ -487,7 +549,10 @@ _SHAPE_RULES = {
     isa.TensorTensor: _tensor_tensor,
     isa.TensorScalar: _tensor_scalar,
     isa.ScalarTensorTensor: _scalar_tensor_tensor,
+    isa.TensorTensorScan: _tensor_tensor_scan,
     isa.TensorReduce: _tensor_reduce,
+    isa.BnStats: _bn_stats,
+    isa.BnAggr: _bn_aggr,
     isa.TensorCopy: _tensor_copy,
     isa.Memset: lambda i, p: None,
     isa.Iota: _affine,

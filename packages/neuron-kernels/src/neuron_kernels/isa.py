@@ -83,6 +83,22 @@ def scalar_tensor_tensor(dst: View, data: View, op0, operand0, op1, operand1: Vi
                    op1=_alu(op1), operand1=operand1, reverse0=reverse0, reverse1=reverse1)
 
 
+def tensor_tensor_scan(dst: View, data0: View, data1: View, initial, op0, op1, reverse0: bool = False,
+                       reverse1: bool = False) -> None:
+    """A scan along the free dims (flattened row-major) on VectorE, in FP32: ``dst[:, 0] = op1(op0(data0[:, 0],
+    initial), data1[:, 0])``, ``dst[:, i] = op1(op0(data0[:, i], dst[:, i-1]), data1[:, i])``, with the state kept
+    in FP32 and each element rounded once to dst's dtype.
+
+    ``initial`` is an immediate or a [P, 1] column; ``reverse0`` / ``reverse1`` swap an op's operands (data0 the rhs
+    of op0; data1 the lhs of op1). data0 and data1 are not both in PSUM. Costs max(MIN_II, 2N) VectorE cycles.
+    """
+    for name, v in (("data0", data0), ("data1", data1)):
+        if not isinstance(v, View):
+            raise KernelError(f"tensor_tensor_scan: {name} must be a tile, got {v!r}")
+    builder().emit(hal.TensorTensorScan, dst=dst, data0=data0, data1=data1, initial=_scalar(initial), op0=_alu(op0),
+                   op1=_alu(op1), reverse0=bool(reverse0), reverse1=bool(reverse1))
+
+
 def tensor_reduce(dst: View, data: View, op, axis, negate: bool = False, engine: Engine = Engine.VECTOR) -> None:
     """Reduce over free ``axis`` (an int or tuple of tile dims, 1 = first free dim)."""
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
@@ -90,6 +106,20 @@ def tensor_reduce(dst: View, data: View, op, axis, negate: bool = False, engine:
         raise KernelError(f"tensor_reduce axis {axis} must name free dims 1..{data.ndim - 1} of {data!r}")
     builder().emit(hal.TensorReduce, dst=dst, src=data, op=_alu(op), axes=tuple(a - 1 for a in axes), negate=negate,
                    engine=engine)
+
+
+def bn_stats(dst: View, data: View) -> None:
+    """dst [P, 6] = (count, mean, variance * count) of the even-indexed, then of the odd-indexed elements of each
+    partition of ``data`` (free dims flattened row-major; at most ``nl.tile_size.bn_stats_fmax`` elements), in FP32
+    on VectorE (Welford's update). Costs max(MIN_II, N) VectorE cycles."""
+    builder().emit(hal.BnStats, dst=dst, src=data)
+
+
+def bn_aggr(dst: View, data: View) -> None:
+    """dst [P, 2] = (mean, population variance) per partition from the (count, mean, variance * count) triples of
+    one or more ``bn_stats`` records in ``data`` [P, 3k], in FP32 on VectorE (Chan's combination). Costs
+    max(MIN_II, 13 * N / 3) VectorE cycles, N = data's elements per partition."""
+    builder().emit(hal.BnAggr, dst=dst, src=data)
 
 
 def tensor_copy(dst: View, src: View, engine: Engine = Engine.VECTOR) -> None:

@@ -135,6 +135,21 @@ def scalar_tensor_tensor(ops, extra, engine, profile):
     return _floor(np.where(fast, 1.0, 2.0) * dst.n * _penalty(ops, profile), profile)
 
 
+def tensor_tensor_scan(ops, extra, engine, profile):
+    """max(MIN_II, 2N), N = data0 elements per partition (NKI 2.26 docstring)."""
+    return _floor(2.0 * ops["data0"].n * _penalty(ops, profile), profile)
+
+
+def bn_stats(ops, extra, engine, profile):
+    """max(MIN_II, N), N = src (data) elements per partition."""
+    return _floor(ops["src"].n * _penalty(ops, profile), profile)
+
+
+def bn_aggr(ops, extra, engine, profile):
+    """max(MIN_II, 13 * (N / 3)), N = src elements per partition (13 cycles per aggregated triple)."""
+    return _floor(13.0 * (ops["src"].n / 3.0) * _penalty(ops, profile), profile)
+
+
 def _copy_like(ops, extra, engine, profile):
     """max(MIN_II, N / f): f from the VectorE perf modes or ScalarE 16-bit mode (streamed operands dst, src)."""
     dst, src = ops["dst"], ops["src"]
@@ -203,6 +218,9 @@ COMPUTE = {
     "tensor_tensor": tensor_tensor,
     "tensor_scalar": tensor_scalar,
     "scalar_tensor_tensor": scalar_tensor_tensor,
+    "tensor_tensor_scan": tensor_tensor_scan,
+    "bn_stats": bn_stats,
+    "bn_aggr": bn_aggr,
     "tensor_reduce": tensor_reduce,
     "tensor_copy": tensor_copy,
     "memset": memset,

@@ -48,6 +48,11 @@ Numerics (the ISA docstrings are normative; where they are silent, these are the
   FP32 PSUM tile; a BF16 destination (trn3) accumulates in FP32 and rounds RNE once per matmul.
 - scalar_tensor_tensor: ``op1(op0(src, operand0), operand1)`` in FP32 (VectorE), like tensor_scalar's
   two ops with a tensor second operand; the intermediate stays FP32 (not rounded to dst's dtype).
+- tensor_tensor_scan: ``s = op1(op0(data0[i], s), data1[i])`` along the free dims flattened in row-major order,
+  from ``s = initial`` (immediate rounded to FP32, or a [P, 1] column), every op rounded to FP32, the state kept
+  in FP32 and each ``dst[i] = s`` rounded once to dst's dtype (a Numba loop, bit for bit the ALU ops above).
+- bn_stats / bn_aggr: Welford's update (even and odd halves) and Chan's combination in FP32, in element / triple
+  order, as the ISA docstrings state them; bn_aggr skips count-0 triples and gives NaN for a total count of 0.
 - activation: ``f(src * scale + bias)`` with two FP32 roundings (multiply, then add);
   ``reduce_dst`` sums the FP32 results before their cast to ``dst``. gelu and erf are evaluated in
   float64 (piecewise Chebyshev interpolants of math.erf/math.erfc, relative error ~1e-13; gelu
@@ -923,6 +928,165 @@ def _tensor_reduce(ins: isa.TensorReduce, B: _Binder) -> Step:
     return step
 
 
+# FP32 ALU codes of the Numba kernels below (bitwise ops have none: the scan is arithmetic, validate enforces it)
+_ALU32_CODES = {op: k for k, op in enumerate(
+    (Alu.add, Alu.subtract, Alu.multiply, Alu.divide, Alu.max, Alu.min, Alu.pow, Alu.mod, Alu.abs_max, Alu.equal,
+     Alu.not_equal, Alu.greater, Alu.greater_equal, Alu.less, Alu.less_equal, Alu.logical_and, Alu.logical_or,
+     Alu.logical_xor, Alu.bypass))}
+
+
+@numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def _alu32(op, a, b):
+    """One ALU op on FP32 scalars with FP32 result, as :data:`_FLOAT_OPS` computes it on arrays (same IEEE
+    operations, same libm pow and fmod; max/min propagate NaN like np.maximum/np.minimum's loops). Codes: the
+    order of :data:`_ALU32_CODES`. Every branch returns float32, so the caller's state stays FP32."""
+    one, zero = np.float32(1.0), np.float32(0.0)
+    if op == 0:
+        return a + b
+    if op == 1:
+        return a - b
+    if op == 2:
+        return a * b
+    if op == 3:
+        return a / b
+    if op == 4:
+        return a if (a >= b or a != a) else b
+    if op == 5:
+        return a if (a <= b or a != a) else b
+    if op == 6:
+        return a ** b
+    if op == 7:
+        return np.fmod(a, b)
+    if op == 8:
+        x, y = np.abs(a), np.abs(b)
+        return x if (x >= y or x != x) else y
+    if op == 9:
+        return one if a == b else zero
+    if op == 10:
+        return one if a != b else zero
+    if op == 11:
+        return one if a > b else zero
+    if op == 12:
+        return one if a >= b else zero
+    if op == 13:
+        return one if a < b else zero
+    if op == 14:
+        return one if a <= b else zero
+    if op == 15:
+        return one if (a != zero and b != zero) else zero
+    if op == 16:
+        return one if (a != zero or b != zero) else zero
+    if op == 17:
+        return one if ((a != zero) != (b != zero)) else zero
+    return a  # bypass
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _scan_kernel(x0, x1, init, op0, op1, rev0, rev1, out):
+    """tensor_tensor_scan on FP32 [P, N] rows: s = init[p]; s = op1(op0(x0, s), x1) element by element (reverse
+    flags swap an op's operands); out[p, i] = s (FP32; the caller casts)."""
+    P, N = x0.shape
+    for p in range(P):
+        s = init[p]
+        for i in range(N):
+            t = _alu32(op0, s, x0[p, i]) if rev0 else _alu32(op0, x0[p, i], s)
+            s = _alu32(op1, x1[p, i], t) if rev1 else _alu32(op1, t, x1[p, i])
+            out[p, i] = s
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _bn_stats_kernel(x, out):
+    """bn_stats on FP32 [P, N] rows into out [P, 6]: Welford's update in FP32 over the even, then the odd
+    elements: (count, mean, M2) each."""
+    P, N = x.shape
+    one = np.float32(1.0)
+    for p in range(P):
+        for h in range(2):
+            n = mean = m2 = np.float32(0.0)
+            for i in range(h, N, 2):
+                v = x[p, i]
+                n += one
+                d = v - mean
+                mean += d / n
+                m2 += d * (v - mean)
+            out[p, 3 * h] = n
+            out[p, 3 * h + 1] = mean
+            out[p, 3 * h + 2] = m2
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _bn_aggr_kernel(x, out):
+    """bn_aggr on FP32 [P, 3k] (count, mean, M2) triples into out [P, 2] = (mean, M2 / count): Chan's combination
+    in FP32, triple by triple; count-0 triples skipped; a total count of 0 gives NaN, NaN."""
+    P, K = x.shape
+    for p in range(P):
+        n = mean = m2 = np.float32(0.0)
+        for j in range(0, K - 2, 3):
+            nb = x[p, j]
+            if nb == 0:
+                continue
+            nab = n + nb
+            w = nb / nab
+            d = x[p, j + 1] - mean
+            mean = mean + d * w
+            m2 = (m2 + x[p, j + 2]) + (d * d) * (n * w)
+            n = nab
+        if n == 0:
+            out[p, 0] = out[p, 1] = np.float32(np.nan)
+        else:
+            out[p, 0] = mean
+            out[p, 1] = m2 / n
+
+
+def _rows_f32(v: np.ndarray, P: int, N: int) -> np.ndarray:
+    """An operand's values as a C-contiguous FP32 [P, N] array, the free dims flattened in row-major order."""
+    return np.ascontiguousarray(_as_f32(v).reshape(P, N))
+
+
+def _tensor_tensor_scan(ins: isa.TensorTensorScan, B: _Binder) -> Step:
+    dst = ins.dst
+    P, N = dst.partitions, dst.free_size
+    g0, g1, write = B.get(ins.data0), B.get(ins.data1), _writer(B, dst)
+    gi = B.get(ins.initial) if isinstance(ins.initial, AP) else None
+    imm = np.full(P, np.float32(ins.initial), F32) if gi is None else None
+    op0, op1 = _ALU32_CODES[ins.op0], _ALU32_CODES[ins.op1]
+    rev0, rev1 = bool(ins.reverse0), bool(ins.reverse1)
+    pad = B.core.scratchpad
+
+    def step(h, a, N=N, P=P, g0=g0, g1=g1, gi=gi, imm=imm, op0=op0, op1=op1, pad=pad, rev0=rev0, rev1=rev1,
+             write=write):
+        x0, x1 = _rows_f32(g0(h, a), P, N), _rows_f32(g1(h, a), P, N)
+        init = imm if gi is None else _rows_f32(gi(h, a), P, 1).reshape(P)
+        out = pad.get("scan_out", (P, N), F32)
+        _scan_kernel(x0, x1, init, op0, op1, rev0, rev1, out)
+        write(h, a, out)
+    return step
+
+
+def _bn_stats(ins: isa.BnStats, B: _Binder) -> Step:
+    src = ins.src
+    P, N = src.partitions, src.free_size
+    gs, write = B.get(src), _writer(B, ins.dst)
+
+    def step(h, a, N=N, P=P, gs=gs, write=write):
+        out = np.empty((P, 6), F32)
+        _bn_stats_kernel(_rows_f32(gs(h, a), P, N), out)
+        write(h, a, out)
+    return step
+
+
+def _bn_aggr(ins: isa.BnAggr, B: _Binder) -> Step:
+    src = ins.src
+    P, N = src.partitions, src.free_size
+    gs, write = B.get(src), _writer(B, ins.dst)
+
+    def step(h, a, N=N, P=P, gs=gs, write=write):
+        out = np.empty((P, 2), F32)
+        _bn_aggr_kernel(_rows_f32(gs(h, a), P, N), out)
+        write(h, a, out)
+    return step
+
+
 def _tensor_copy(ins: isa.TensorCopy, B: _Binder) -> Step:
     src, dst = ins.src, ins.dst
     dshape = dst.shape
@@ -1167,7 +1331,10 @@ _BUILDERS: dict[type, Callable[[isa.Instruction, _Binder], Step]] = {
     isa.TensorTensor: _tensor_tensor,
     isa.TensorScalar: _tensor_scalar,
     isa.ScalarTensorTensor: _scalar_tensor_tensor,
+    isa.TensorTensorScan: _tensor_tensor_scan,
     isa.TensorReduce: _tensor_reduce,
+    isa.BnStats: _bn_stats,
+    isa.BnAggr: _bn_aggr,
     isa.TensorCopy: _tensor_copy,
     isa.Memset: _memset,
     isa.Iota: _iota,
