@@ -69,7 +69,19 @@ class Profile:
     mm_init_latency: int = _f("[NKI-ARCH-V2] MM_INIT_LATENCY; NC-v3/v4 [INFERRED] same")
     matmul_fp32_factor: int = _f("[ISA-2.26] FP32 matmul costs 4x")
     fast_load_stationary_factor: int = _f("[NKI-ARCH-V2][PERF] LoadStationary up to 4x faster than MM")
-    dependent_issue_cycles: int = _f("[PERF] dependent tiny ScalarE instructions issue every 264 cycles (NC-v2)")
+    scalar_dependent_cycles: int = _f(
+        "[PERF] measured: dependent 1-element ScalarE instructions start every 189 ns = 264 cycles (NC-v2); "
+        "NC-v3/v4 [INFERRED] same cycles")
+    vector_dependent_cycles: int = _f(
+        "VectorE floor of an instruction that reads what the previous one wrote: [NKI-ARCH-V2] ~100 cycles of "
+        "static overhead for dependent back-to-back instructions, on top of MIN_II; see docs/fidelity.md")
+    gpsimd_dependent_cycles: int = _f(
+        "GpSimd floor of a dependent instruction: [NKI-ARCH-V2] as VectorE (~100 cycles static overhead); "
+        "see docs/fidelity.md")
+    act_table_load_ns: float = _f(
+        "ScalarE loads a function's table when an activation uses another function than the previous one: "
+        "measured ACT_TABLE_LOAD 368 ns on NC-v2 (NKI profiler tutorial, Neuron 2.20 docs); NC-v3/v4 [INFERRED] "
+        "the same ScalarE cycles")
     act_read_accumulator_cycles: int = _f("[NKI-ARCH-V2] ActReadAccumulator ~64 ScalarE cycles")
     stride_penalty_bytes: int = _f("[NKI-ARCH-V2] innermost stride >= 16 B halves SBUF bandwidth")
     vector_reciprocal_factor: int = _f("[ISA-NOW] Vector reciprocal costs 8N")
@@ -83,14 +95,26 @@ class Profile:
     dma_queues: int = _f("[DMA-OV] 16 queues per DMA engine")
     dma_engine_bytes_per_ns: float = _f("[DMA-BW][DMA-OV] sustained bandwidth per DMA engine")
     dma_engine_peak_bytes_per_ns: float = _f("[DMA-OV][NKI-ARCH-V2] theoretical bandwidth per DMA engine")
-    dma_fixed_ns: float = _f("[DMA-BW] semaphore-to-start ~1,300 ns per transfer")
-    dma_issue_ns: float = _f("[NKI-ARCH-V3] HW DGE ~600 ns per DMA instruction; Trn1 [INFERRED] same")
+    dma_fixed_ns: float = _f(
+        "latency from a DMA's trigger to its first data on the engines: [DMA-BW] ~1,300 ns semaphore-to-start "
+        "(NC-v2); NC-v3 measured ~740 ns trigger to first data (NKI DMA overview profile); NC-v4 [INFERRED] NC-v3")
+    dma_issue_ns: float = _f(
+        "time a DMA instruction occupies its queue's descriptor generation: [NKI-ARCH-V3][DGE] ~600 ns per "
+        "hardware-DGE instruction (NC-v3; NC-v4 [INFERRED] same); NC-v2 has no DGE (descriptors are prepared by "
+        "the compiler): fitted, see docs/fidelity.md")
+    dma_issue_desc_ns: float = _f(
+        "descriptor generation time per descriptor (one per contiguous run) on top of dma_issue_ns: fitted to "
+        "the NKI DMA overview's throughput-versus-bytes-per-partition curve (NC-v3); 0 on NC-v2 (no DGE)")
     dma_dge_units: int = _f(
-        "[NKI-ARCH-V3] 2 hardware DGEs per NeuronCore generate DMA descriptors; Trn1 [INFERRED] same")
-    dma_descriptor_ns: float = _f(
-        "[INFERRED] engine time per contiguous run (descriptor element): a 2 KiB run then moves at ~90% of the "
-        "engine's bandwidth and a 256 B run at ~50%, matching [DMA-BW] (>= 2 KiB per partition near peak, "
-        "< 256 B severely overhead-bound)")
+        "[NKI-ARCH-V3] 2 hardware DGEs per NeuronCore generate descriptors for all queues (NC-v4 [INFERRED] "
+        "same); 0 = none (NC-v2): each queue issues on its own")
+    dma_run_min_ns: float = _f(
+        "engine time of the shortest contiguous run (descriptor element): a 4 B transfer occupies an engine "
+        "7 ns (NKI performance guide figure 29, NC-v2); longer runs move at the engine bandwidth; NC-v3/v4 "
+        "[INFERRED] same")
+    dma_read_window_bytes: int = _f(
+        "HBM read bytes one queue keeps in flight per DMA engine: a queue's HBM reads move at most "
+        "window / dma_fixed_ns per engine (Little's law); fitted, see docs/fidelity.md")
     dma_partitions_per_engine: int = _f("[NKI-ARCH-V2][DMA-OV] 16 engines x 8 partitions cover 128")
     dma_transpose: bool = _f(
         "[NKI-ARCH-V3] DMA transpose (HBM->SBUF, SBUF->SBUF; 2- and 4-byte dtypes) from NC-v3; NC-v2 has none; "
@@ -101,6 +125,15 @@ class Profile:
     dma_transpose_sbuf_fraction: float = _f(
         "[NKI-ARCH-V3] a DMA transpose SBUF->SBUF runs at up to 50% of copy throughput; NC-v4 [INFERRED] same; "
         "0 where there is no DMA transpose")
+
+    # Runtime.
+    launch_pre_ns: float = _f(
+        "device time of each program execution before its first instruction (the runtime's start-up in the "
+        "NEFF): NC-v2 profiles show ~13 us before the first DMA (fused-Mamba and profiler tutorials, Neuron 2.20 "
+        "docs); the total with launch_post_ns is fitted, see docs/fidelity.md")
+    launch_post_ns: float = _f(
+        "device time of each program execution after its last instruction (tear-down): NC-v2 profiles show "
+        "~5 us; fitted with launch_pre_ns, see docs/fidelity.md")
 
     # HBM.
     hbm_bytes: int = _f("[ARCH-TRN1/2/3] HBM per chip")
@@ -125,6 +158,33 @@ class Profile:
     def dma_bytes_per_ns(self) -> float:
         """Sustained DMA bandwidth of one core: its engines, capped by its share of HBM."""
         return min(self.dma_engines * self.dma_engine_bytes_per_ns, self.hbm_gbps_per_core)
+
+    @property
+    def dma_engine_hbm_bytes_per_ns(self) -> float:
+        """One DMA engine's bandwidth when HBM is one side: its own, capped by its share of the core's HBM."""
+        return min(self.dma_engine_bytes_per_ns, self.hbm_gbps_per_core / self.dma_engines)
+
+    @property
+    def launch_ns(self) -> float:
+        """Runtime start-up plus tear-down of one program execution (device time)."""
+        return self.launch_pre_ns + self.launch_post_ns
+
+    @property
+    def dma_issuers(self) -> int:
+        """How many DMA instructions can have their descriptors generated at once: the DGE units, else every
+        queue on its own."""
+        return self.dma_dge_units or self.dma_queues
+
+    def dma_issue_time_ns(self, descriptors: int = 1) -> float:
+        """Time one DMA instruction holds its queue (and DGE) while its descriptors are generated."""
+        return self.dma_issue_ns + self.dma_issue_desc_ns * descriptors
+
+    def dma_transfer_ns(self, nbytes: float, run_bytes: float, hbm: bool = True) -> float:
+        """Engine time of ``nbytes`` moved in contiguous runs of ``run_bytes``, spread over every DMA engine: each
+        run takes max(dma_run_min_ns, its bytes at the engine's bandwidth)."""
+        bw = self.dma_engine_hbm_bytes_per_ns if hbm else self.dma_engine_bytes_per_ns
+        run_bytes = max(float(run_bytes), 1.0)
+        return nbytes / run_bytes * max(self.dma_run_min_ns, run_bytes / bw) / self.dma_engines
 
     @property
     def sbuf_bytes(self) -> int:
@@ -167,10 +227,9 @@ _COMMON = dict(
     psum_bank_fmax=512, bn_stats_fmax=512, free_size_max=65535, free_stride_max=32767, free_dims_max=4,
     vector_fmax_psum=4096, sbuf_partitions=128, psum_partition_bytes=16 * KiB, psum_banks=8,
     min_ii=64, min_ii_dynamic=600, gpsimd_start=150, mm_init_latency=64, matmul_fp32_factor=4,
-    fast_load_stationary_factor=4, dependent_issue_cycles=264, act_read_accumulator_cycles=64,
-    stride_penalty_bytes=16, vector_reciprocal_factor=8, dma_dge_units=2,
-    dma_engines=16, dma_queues=16, dma_fixed_ns=1300.0, dma_issue_ns=600.0, dma_partitions_per_engine=8,
-    dma_descriptor_ns=10.0,
+    fast_load_stationary_factor=4, scalar_dependent_cycles=264, vector_dependent_cycles=164,
+    gpsimd_dependent_cycles=164, act_read_accumulator_cycles=64, stride_penalty_bytes=16, vector_reciprocal_factor=8,
+    dma_engines=16, dma_queues=16, dma_partitions_per_engine=8, dma_run_min_ns=7.0,
     neuronlink_links=4, cc_hop_ns=1500.0,
 )
 
@@ -182,6 +241,8 @@ TRN1 = Profile(
     dma_transpose=False, dma_transpose_hbm_fraction=0.0, dma_transpose_sbuf_fraction=0.0,
     vector_perf_copy_factor=1, vector_perf_copy_partial_factor=1, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
+    dma_fixed_ns=1300.0, dma_issue_ns=100.0, dma_issue_desc_ns=0.0, dma_dge_units=0, dma_read_window_bytes=8192,
+    act_table_load_ns=368.0, launch_pre_ns=13000.0, launch_post_ns=5000.0,
     hbm_bytes=32 * GiB, hbm_gbps=820.0, tensor_bf16_tflops=92.0,
     neuronlink_gbps=384.0, cc_cores=6, **_COMMON,
 )
@@ -194,6 +255,8 @@ TRN2 = Profile(
     dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
+    dma_fixed_ns=740.0, dma_issue_ns=600.0, dma_issue_desc_ns=2.0, dma_dge_units=2, dma_read_window_bytes=32768,
+    act_table_load_ns=429.0, launch_pre_ns=9000.0, launch_post_ns=3500.0,
     # [CONFLICT] 2.9 TB/s [ARCH-TRN2] vs 3 TB/s in the NKI trn2 guide; the architecture page is used.
     hbm_bytes=96 * GiB, hbm_gbps=2900.0, tensor_bf16_tflops=79.0,
     # [CONFLICT] CC-Cores: 16 [ARCH-TRN2] vs 20 [NKI-ARCH-V3].
@@ -209,6 +272,8 @@ TRN3 = Profile(
     dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=2,
     dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
+    dma_fixed_ns=740.0, dma_issue_ns=600.0, dma_issue_desc_ns=2.0, dma_dge_units=2, dma_read_window_bytes=32768,
+    act_table_load_ns=429.0, launch_pre_ns=9000.0, launch_post_ns=3500.0,
     # [CONFLICT] 4.9 TB/s [ARCH-TRN3] vs 4.7 TB/s [NKI-ARCH-V4]; the architecture page is used.
     hbm_bytes=144 * GiB, hbm_gbps=4900.0, tensor_bf16_tflops=79.0,
     neuronlink_gbps=2560.0, cc_cores=16, **_COMMON,

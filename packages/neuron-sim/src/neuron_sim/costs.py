@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neuron_hal.isa import Alu
+from neuron_hal.isa import Act, Alu
 
 SBUF, PSUM, HBM, ABSENT = 0, 1, 2, -1  # space codes of Opnd.space
 
 ALU_CODES = {op: k for k, op in enumerate(Alu)}
+ACT_CODES = {f: k for k, f in enumerate(Act)}
+_IDENTITY = ACT_CODES[Act.identity]
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Opnd:
     bf16: np.ndarray  # bool
     fp32: np.ndarray  # bool
     partitions: np.ndarray  # int64
+    start: np.ndarray  # int64 start partition (on chip)
     n: np.ndarray  # int64 elements per partition (free size)
     inner_size: np.ndarray  # int64 size of the innermost free dim of size > 1 (1 if none)
     inner_stride: np.ndarray  # int64 its stride in elements (0 if none)
@@ -233,23 +236,41 @@ COMPUTE = {
 
 
 # ---- DMA --------------------------------------------------------------------------------------
-def dma(opcode: str, ops, profile):
-    """(bytes, engines, bytes per ns per engine) of each DMA instruction.
+@dataclass
+class Dma:
+    """Per-instruction DMA figures (columns); the event loop (:mod:`.events`) times them."""
 
-    bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies, transposes and
-    gathers, src for scatters (the table side of an indirect DMA is the whole table). Engines:
-    min(dma_engines, ceil(P / dma_partitions_per_engine)) for the widest on-chip side, all dma_engines for
-    HBM<->HBM. Bandwidth per engine: dma_engine_bytes_per_ns, capped at hbm_gbps_per_core / dma_engines when
-    HBM is involved (half that from HBM to HBM, where every byte is read and written in HBM); a DMA transpose
-    moves at dma_transpose_hbm_fraction (from HBM) or dma_transpose_sbuf_fraction (SBUF to SBUF) of that.
+    nbytes: np.ndarray  # int64 bytes moved
+    p0: np.ndarray  # int64 first partition of the on-chip side; -1: no on-chip side (rows spread on every engine)
+    parts: np.ndarray  # int64 partitions of the on-chip side (rows when there is none)
+    runs: np.ndarray  # int64 contiguous runs (descriptors) per partition
+    bw: np.ndarray  # float64 bytes/ns per engine
+    read: np.ndarray  # bool: the source is HBM (the queue's HBM read window applies)
+
+
+def dma(opcode: str, ops, profile) -> Dma:
+    """What each DMA instruction moves, where, in how many runs, at what per-engine bandwidth.
+
+    bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies, transposes and gathers,
+    src for scatters (the table side of an indirect DMA is the whole table). The on-chip side (the wider one when
+    both are on chip) decides the engines: partition p is served by engine p // dma_partitions_per_engine
+    [DMA-OV]; with no on-chip side (HBM to HBM) the rows spread over every engine. Runs per partition: the
+    contiguous runs of each side as stored, the larger count (one descriptor per run); indirect DMAs have one
+    table row per tile partition. Bandwidth per engine: dma_engine_bytes_per_ns, capped at the engine's share of
+    the core's HBM bandwidth when HBM is involved (half of it from HBM to HBM, which reads and writes every byte
+    there); a DMA transpose moves at dma_transpose_hbm_fraction (from HBM) or dma_transpose_sbuf_fraction (SBUF
+    to SBUF) of that.
     """
     dst, src = ops["dst"], ops["src"]
     tile = src if opcode == "dma_scatter" else dst
     nbytes = tile.num_elements * np.maximum(dst.itemsize, src.itemsize)
-    on_chip_p = np.maximum(np.where(dst.on_chip, dst.partitions, 0), np.where(src.on_chip, src.partitions, 0))
-    ppe = profile.dma_partitions_per_engine
-    engines = np.where(on_chip_p > 0, np.minimum(profile.dma_engines, -(-on_chip_p // ppe)), profile.dma_engines)
-    engines = np.maximum(engines, 1)
+    dst_p = np.where(dst.on_chip, dst.partitions, 0)
+    src_p = np.where(src.on_chip, src.partitions, 0)
+    use_dst = dst_p >= src_p
+    parts = np.where(use_dst, dst_p, src_p)
+    p0 = np.where(parts > 0, np.where(use_dst, dst.start, src.start), -1)
+    hbm_rows = np.maximum(np.where(dst.space == HBM, dst.partitions, 0), np.where(src.space == HBM, src.partitions, 0))
+    parts = np.where(parts > 0, parts, np.maximum(hbm_rows, 1))
     hbm = (dst.space == HBM) | (src.space == HBM)
     both = (dst.space == HBM) & (src.space == HBM)
     share = profile.hbm_gbps_per_core / profile.dma_engines
@@ -261,16 +282,14 @@ def dma(opcode: str, ops, profile):
         if not profile.dma_transpose or hf <= 0 or sf <= 0:
             raise ValueError(f"timing: {profile.name} has no DMA transpose (profile.dma_transpose is False)")
         bw = bw * np.where(hbm, hf, sf)
-    # Each contiguous run is one descriptor element costing dma_descriptor_ns of engine time; folded into an
-    # effective bandwidth so a transfer of many short runs (e.g. element-granular transposes) is slow.
     if opcode in ("dma_copy", "dma_transpose"):  # a transpose: the runs of each side as stored
         runs = np.maximum(_runs(dst), _runs(src))
     else:  # indirect: one table row per tile partition
         table = dst if opcode == "dma_scatter" else src
         runs = np.maximum(_runs(tile), tile.partitions * _per_row(table))
-    seconds = nbytes / bw + runs * profile.dma_descriptor_ns
-    bw = np.where(nbytes > 0, nbytes / np.maximum(seconds, 1e-30), bw)
-    return nbytes.astype(np.int64), engines.astype(np.int64), bw.astype(np.float64)
+    runs_pp = np.maximum(-(-runs // np.maximum(parts, 1)), 1)
+    return Dma(nbytes.astype(np.int64), p0.astype(np.int64), parts.astype(np.int64), runs_pp.astype(np.int64),
+               bw.astype(np.float64), (src.space == HBM) & src.present)
 
 
 def _per_row(side: Opnd) -> np.ndarray:
@@ -284,6 +303,22 @@ def _runs(side: Opnd) -> np.ndarray:
     whole_rows = (side.space == HBM) & (per_row == 1) & (side.pstride == side.n)
     runs = np.where(whole_rows, 1, side.partitions * per_row)
     return np.where(side.present, np.maximum(runs, 1), 0)
+
+
+def dma_estimates(plan, profile) -> tuple[np.ndarray, np.ndarray]:
+    """(latency to completion, time its engine or queue is held) of each instruction alone, for orderings that
+    need a cost per instruction (:mod:`.schedule`): a DMA holds its queue while its descriptors are generated and
+    completes after the fixed latency and its busiest engine's share."""
+    dma = plan.engine == SYNC
+    ppe = profile.dma_partitions_per_engine
+    per_engine = np.where(plan.dma_p0 >= 0, np.minimum(plan.dma_parts, ppe), plan.dma_parts / profile.dma_engines)
+    bpp = plan.dma_bytes / np.maximum(plan.dma_parts, 1)
+    run_t = np.maximum(profile.dma_run_min_ns, bpp / np.maximum(plan.dma_runs, 1) / np.maximum(plan.dma_bw, 1e-9))
+    transfer = per_engine * plan.dma_runs * run_t
+    issue = profile.dma_issue_ns + profile.dma_issue_desc_ns * plan.dma_parts * plan.dma_runs
+    latency = np.where(dma, np.maximum(profile.dma_fixed_ns, issue) + transfer, plan.dur_ns)
+    occupancy = np.where(dma, issue, plan.dur_ns)
+    return latency, occupancy
 
 
 # ---- sequence-dependent costs -----------------------------------------------------------------
@@ -309,12 +344,29 @@ def load_stationary(cycles, ls_cycles, te, te_mm, te_key) -> np.ndarray:
 
 def dependent_issue(cycles, engine, dependent, profile) -> tuple[np.ndarray, np.ndarray]:
     """(cycles, applied): a Vector/Scalar/GpSimd instruction that reads what the instruction just before it on
-    its engine wrote takes at least ``dependent_issue_cycles``."""
+    its engine wrote takes at least that engine's ``*_dependent_cycles`` (the pipeline drains before it issues)."""
+    floor = np.array([0.0, profile.vector_dependent_cycles, profile.scalar_dependent_cycles,
+                      profile.gpsimd_dependent_cycles, 0.0])[engine]
     vsg = (engine >= VECTOR) & (engine <= GPSIMD) & dependent
-    return np.where(vsg, np.maximum(cycles, float(profile.dependent_issue_cycles)), cycles), vsg
+    return np.where(vsg, np.maximum(cycles, floor), cycles), vsg
 
 
-def durations_ns(cycles, engine, profile) -> np.ndarray:
-    """Compute instructions' durations at their engine's clock (DMA instructions: 0, timed by the event loop)."""
+def act_table_loads(engine, act_func, profile) -> np.ndarray:
+    """Extra ns per instruction: an activation whose function differs from the last table-driven function ScalarE
+    ran loads that function's table first (``act_table_load_ns``; the program's first one too). ``identity``
+    needs no table and keeps the loaded one."""
+    extra = np.zeros(engine.size, np.float64)
+    idx = np.flatnonzero((engine == SCALAR) & (act_func >= 0) & (act_func != _IDENTITY))
+    if idx.size:
+        f = act_func[idx]
+        switch = np.ones(idx.size, bool)
+        switch[1:] = f[1:] != f[:-1]
+        extra[idx[switch]] = profile.act_table_load_ns
+    return extra
+
+
+def durations_ns(cycles, engine, extra_ns, profile) -> np.ndarray:
+    """Compute instructions' durations at their engine's clock plus fixed extras (DMA instructions: 0, timed by
+    the event loop)."""
     ghz = np.array([profile.clock_ghz(e) for e in ("tensor", "vector", "scalar", "gpsimd")] + [1.0])
-    return np.where(engine == SYNC, 0.0, cycles / ghz[engine])
+    return np.where(engine == SYNC, 0.0, cycles / ghz[engine] + extra_ns)

@@ -32,6 +32,7 @@ _DT_BF16 = np.array([d is DType.bfloat16 for d in _DTYPES])
 _DT_FP32 = np.array([d is DType.float32 for d in _DTYPES])
 _ENGINES = tuple(ENGINE_CODES)
 _ALUS = tuple(Alu)
+_ACTS = tuple(costs.ACT_CODES)
 
 # Instructions that read dst when a flag is set (their reads() override); any other override is unknown.
 _READS_DST_IF = {isa.Matmul: "accumulate", isa.DmaScatter: "accumulate"}
@@ -142,7 +143,7 @@ class _APs:
         return Opnd(present=present, space=col(self.space, costs.ABSENT).astype(np.int8),
                     itemsize=np.where(present, _DT_ITEMSIZE[dt], 0), f16=present & _DT_F16[dt],
                     bf16=present & _DT_BF16[dt], fp32=present & _DT_FP32[dt],
-                    partitions=col(self.partitions, 0), n=col(self.n, 0),
+                    partitions=col(self.partitions, 0), start=col(self.start, 0), n=col(self.n, 0),
                     inner_size=col(self.free.inner_size[self.fid], 1),
                     inner_stride=col(self.free.inner_stride[self.fid], 0),
                     run=col(self.free.run[self.fid], 1), pstride=col(self.pstride, 0))
@@ -178,9 +179,8 @@ class Encoded:
     te: np.ndarray  # TensorE instruction indices
     te_mm: np.ndarray  # bool per TensorE instruction: a matmul
     te_key: np.ndarray  # [len(te), 6] each matmul's stationary AP (space, dtype, partitions, start, offset, free)
-    dma_bytes: np.ndarray  # int64
-    dma_engines: np.ndarray  # int64
-    dma_bw: np.ndarray  # float64 bytes/ns per DMA engine
+    dma: costs.Dma  # per-instruction DMA figures (zeros for compute instructions)
+    act_func: np.ndarray  # int16 activation function code (costs.ACT_CODES), -1 for other instructions
     aps: _APs
     acc_i: np.ndarray  # accesses: instruction
     acc_row: np.ndarray  # AP row (into aps)
@@ -193,13 +193,13 @@ def encode(program, profile: Profile) -> Encoded:
     groups = _group(instrs) if n else []
 
     opcode = np.zeros(n, np.int16)
+    act_func = np.full(n, -1, np.int16)
     engine = np.zeros(n, np.int8)
     queue = np.zeros(n, np.int64)
     cycles = np.zeros(n, np.float64)
     ls_cycles = np.zeros(n, np.float64)
-    dma_bytes = np.zeros(n, np.int64)
-    dma_engines = np.ones(n, np.int64)
-    dma_bw = np.ones(n, np.float64)
+    dma = costs.Dma(np.zeros(n, np.int64), np.full(n, -1, np.int64), np.ones(n, np.int64), np.ones(n, np.int64),
+                    np.ones(n, np.float64), np.zeros(n, bool))
 
     # Pass 1: collect every AP operand (one flat list) with its owner and role.
     ap_lists, owners, slots = [], [], []  # slots: (group no, field, role, positions in the group holding an AP)
@@ -243,11 +243,15 @@ def encode(program, profile: Profile) -> Encoded:
         if name == "scalar_tensor_tensor":
             extra["op0"] = _codes(list(map(attrgetter("op0"), sub)), _ALUS)
             extra["op1"] = _codes(list(map(attrgetter("op1"), sub)), _ALUS)
+        if name == "activation":
+            act_func[idx] = _codes(list(map(attrgetter("func"), sub)), _ACTS)
         if name == "memset":
             extra["value"] = np.fromiter(map(attrgetter("value"), sub), np.float64, len(idx))
         if name in isa.DMA_OPCODES:
             queue[idx] = np.fromiter(map(attrgetter("queue"), sub), np.int64, len(idx))
-            dma_bytes[idx], dma_engines[idx], dma_bw[idx] = costs.dma(name, ops, profile)
+            d = costs.dma(name, ops, profile)
+            for f in ("nbytes", "p0", "parts", "runs", "bw", "read"):
+                getattr(dma, f)[idx] = getattr(d, f)
         elif name == "nc_matmul":
             cycles[idx], ls_cycles[idx] = costs.matmul(ops, extra, eng, profile)
             mm_rows.append((idx, group_fields[g]["stationary"][0]))
@@ -281,7 +285,7 @@ def encode(program, profile: Profile) -> Encoded:
 
     te, te_mm, te_key = _stationary_keys(engine, mm_rows, aps)
     return Encoded(n, opcode, engine, stream, N_COMPUTE + profile.dma_queues, cycles, ls_cycles, te, te_mm, te_key,
-                   dma_bytes, dma_engines, dma_bw, aps, cat(acc_i, np.int64), cat(acc_row, np.int64),
+                   dma, act_func, aps, cat(acc_i, np.int64), cat(acc_row, np.int64),
                    cat(acc_w, np.int8))
 
 

@@ -34,8 +34,11 @@ class TimingPlan:
     dur_ns: np.ndarray  # float64 duration of compute instructions (0 for DMA)
     dependent: np.ndarray  # bool: dependent-issue floor applied
     dma_bytes: np.ndarray  # int64 bytes moved (0 for compute)
-    dma_engines: np.ndarray  # int64 DMA engines a transfer is split over
+    dma_p0: np.ndarray  # int64 first partition of the on-chip side (which engines serve it); -1: every engine
+    dma_parts: np.ndarray  # int64 partitions of the on-chip side (rows, with no on-chip side)
+    dma_runs: np.ndarray  # int64 contiguous runs (descriptors) per partition
     dma_bw: np.ndarray  # float64 bytes/ns per DMA engine
+    dma_read: np.ndarray  # bool: reads HBM (through the queue's read window)
     pred_count: np.ndarray  # int32 dependencies (other streams; same DMA queue included)
     succ_ptr: np.ndarray  # int64 [n + 1] CSR of dependents
     succ_idx: np.ndarray  # int32

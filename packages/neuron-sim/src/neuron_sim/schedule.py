@@ -24,6 +24,7 @@ from neuron_hal.cache import cache_dir, sources_digest, write_atomic
 from neuron_hal.profiles import Profile
 from neuron_hal.program import Program
 
+from . import costs
 from .deps import successors
 from .plan import ENGINE_NAMES, TimingPlan, TimingResult
 from .timing import prepare_timing, run_timing
@@ -147,7 +148,7 @@ def candidate_orders(plan: TimingPlan, profile: Profile) -> list[np.ndarray]:
     if plan.n < 2:
         return []
     succ_ptr, succ_idx, _ = successors(plan.n, *plan.exact)
-    latency, occupancy = _costs(plan, profile)
+    latency, occupancy = costs.dma_estimates(plan, profile)
     priority = _bottom_level(latency, succ_ptr, succ_idx)
     return [_by_priority(plan, priority, succ_ptr, succ_idx),
             _with_resources(plan, priority, latency, occupancy, succ_ptr, succ_idx)]
@@ -155,16 +156,6 @@ def candidate_orders(plan: TimingPlan, profile: Profile) -> list[np.ndarray]:
 
 def reordered(program: Program, order) -> Program:
     return Program(program.name, program.args, tuple(program.instructions[i] for i in order), dict(program.meta))
-
-
-def _costs(plan: TimingPlan, profile: Profile) -> tuple[np.ndarray, np.ndarray]:
-    """(latency to completion, time its engine or queue is held) of each instruction, from the plan's costs: a
-    DMA holds its queue for its issue, completes after the fixed latency and its transfer."""
-    dma = plan.engine == 4
-    transfer = np.where(dma, plan.dma_bytes / np.maximum(plan.dma_bw * plan.dma_engines, 1e-9), 0.0)
-    latency = np.where(dma, profile.dma_issue_ns + profile.dma_fixed_ns + transfer, plan.dur_ns)
-    occupancy = np.where(dma, profile.dma_issue_ns, plan.dur_ns)
-    return latency, occupancy
 
 
 @numba.njit(cache=True)

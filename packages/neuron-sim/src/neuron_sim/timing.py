@@ -42,7 +42,7 @@ def _prepare(program, profile: Profile, exact: bool) -> TimingPlan:
 
     cycles = costs.load_stationary(enc.cycles, enc.ls_cycles, enc.te, enc.te_mm, enc.te_key)
     cycles, floored = costs.dependent_issue(cycles, enc.engine, dependent, profile)
-    dur_ns = costs.durations_ns(cycles, enc.engine, profile)
+    dur_ns = costs.durations_ns(cycles, enc.engine, costs.act_table_loads(enc.engine, enc.act_func, profile), profile)
 
     succ_ptr, succ_idx, pred_count = successors(n, pred_ptr, preds)
     stream_counts = np.bincount(enc.stream, minlength=enc.n_streams)
@@ -50,9 +50,10 @@ def _prepare(program, profile: Profile, exact: bool) -> TimingPlan:
     stream_instr = np.argsort(enc.stream, kind="stable").astype(np.int32)
     busy = np.bincount(enc.engine, weights=dur_ns, minlength=5)[:4].astype(np.float64)
     counts = np.bincount(enc.engine, minlength=5).astype(np.int64)
-    return TimingPlan(profile, n, enc.opcode, enc.engine, enc.stream, cycles, dur_ns, floored, enc.dma_bytes,
-                      enc.dma_engines, enc.dma_bw, pred_count, succ_ptr, succ_idx, enc.n_streams, stream_ptr,
-                      stream_instr, busy, counts, int(enc.dma_bytes.sum()), geometry.hbm_block_bytes, exact=full)
+    d = enc.dma
+    return TimingPlan(profile, n, enc.opcode, enc.engine, enc.stream, cycles, dur_ns, floored, d.nbytes, d.p0,
+                      d.parts, d.runs, d.bw, d.read, pred_count, succ_ptr, succ_idx, enc.n_streams, stream_ptr,
+                      stream_instr, busy, counts, int(d.nbytes.sum()), geometry.hbm_block_bytes, exact=full)
 
 
 def run_timing(plan: TimingPlan, start_ns: float = 0.0, want_events: bool = False) -> TimingResult:

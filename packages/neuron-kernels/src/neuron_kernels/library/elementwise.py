@@ -83,10 +83,9 @@ SBUF_BUFFERS = 3
 
 
 def min_run_bytes(profile) -> int:
-    """Bytes per partition below which a tile is not split further: the contiguous run whose DMA descriptor
-    cost is at most 10% of its transfer time (~2 KiB on trn2, the DMA guidance's "near peak")."""
-    bw = min(profile.dma_engine_bytes_per_ns, profile.hbm_gbps_per_core / profile.dma_engines)
-    return max(1, int(9 * profile.dma_descriptor_ns * bw))
+    """Bytes per partition below which a tile is not split further: 2 KiB, the DMA guidance's "near peak"
+    per partition [DMA-BW], and at least the run that moves at the engine's bandwidth (not its per-run floor)."""
+    return max(2048, int(profile.dma_run_min_ns * profile.dma_engine_hbm_bytes_per_ns))
 # FP32 integers: every float of magnitude >= 2**23 is an integer (the int32 round trip is exact below).
 _F32_INTEGRAL = float(2 ** 23)
 

@@ -871,7 +871,7 @@ def _estimate(prof, pl: _Plan, x1: _Operand, x2: _Operand, K: int, out_isz: int)
     ii = max(min(prof.mm_init_latency, min(P, F1)), min(pl.tile_n, F2))
     te = math.ceil(F1 / P) * math.ceil(F2 / pl.tile_n) * KT * ii * factor
     bw = prof.dma_bytes_per_ns
-    run_ns = prof.dma_descriptor_ns / prof.dma_engines
+    run_ns = prof.dma_run_min_ns / prof.dma_engines  # at most a run's floor on top of its bytes
     dma = F1 * F2 * out_isz / bw + F1 * math.ceil(F2 / pl.tile_n) * run_ns  # the output
     issues = 0
     both_pe = not x1.direct and not x2.direct
@@ -893,7 +893,7 @@ def _estimate(prof, pl: _Plan, x1: _Operand, x2: _Operand, K: int, out_isz: int)
                 continue
             te += n * math.ceil(x.F / P) * KT * max(min(P, x.F), min(prof.mm_init_latency, min(P, K)))
             dma += nbytes / bw + n * x.F * chunks * run_ns
-    return max(te / prof.tensor_ghz, dma, issues * prof.dma_issue_ns / prof.dma_dge_units)
+    return max(te / prof.tensor_ghz, dma, issues * prof.dma_issue_time_ns() / prof.dma_issuers)
 
 
 def _transpose_to_hbm(op: _Operand) -> _Operand:

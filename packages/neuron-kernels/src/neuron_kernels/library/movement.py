@@ -226,23 +226,19 @@ def _move(dst: View, src: View, tile_bytes: int = _TILE_CHOICES[0]) -> None:
 
 # -- a rough cost model, to choose a strategy --------------------------------------------------------
 def _dma_ns(nbytes: float, run_bytes: float) -> float:
-    """Transfer time of ``nbytes`` in runs of ``run_bytes`` spread over all DMA engines (each run is a
-    descriptor element costing dma_descriptor_ns of engine time)."""
-    p = nl.profile()
-    bw = min(p.dma_engine_bytes_per_ns, p.hbm_gbps_per_core / p.dma_engines)
-    per_run = getattr(p, "dma_descriptor_ns", 0.0)
-    return nbytes / (p.dma_engines * bw) * (1 + per_run * bw / max(run_bytes, 1))
+    """Transfer time of ``nbytes`` in runs of ``run_bytes`` spread over all DMA engines."""
+    return nl.profile().dma_transfer_ns(nbytes, run_bytes)
 
 
 def _issue_ns(count: int) -> float:
     p = nl.profile()
-    return count * p.dma_issue_ns / p.dma_dge_units
+    return count * p.dma_issue_time_ns() / p.dma_issuers
 
 
 def _staged_floor() -> float:
     """What any staged strategy pays at least: a load and a store in sequence."""
     p = nl.profile()
-    return 2 * (p.dma_issue_ns + p.dma_fixed_ns)
+    return 2 * max(p.dma_issue_time_ns(), p.dma_fixed_ns)
 
 
 def _dma_cost(dims, sdt: DType, ddt: DType) -> float:

@@ -829,14 +829,14 @@ def _rev_iota(shape4, seg: int):
 # ================================================================================================
 def plan_layout(ctx: Ctx, K0: int, R: int, K1: int, isz: int = 4, limit: int = 0) -> str:
     """'A' (k0 on partitions) or 'B' (R across partitions, one k0 at a time), by estimated time:
-    DMA bytes plus a descriptor per contiguous run (``dma_descriptor_ns``), against per-partition
+    DMA bytes plus a run's floor per contiguous run (``dma_run_min_ns``), against per-partition
     element work (about one engine cycle per element) plus a combine per (k0, column chunk) for B.
     ``limit``: bytes per partition a tile may take (sets how many K1 columns a partition holds)."""
     P, prof = ctx.P, ctx.prof
     if R <= 1 or K0 >= P:
         return "A"
     limit = limit or 32 * 1024
-    desc = getattr(prof, "dma_descriptor_ns", 0.0) / prof.dma_engines
+    desc = prof.dma_run_min_ns / prof.dma_engines
     nbytes = K0 * R * K1 * isz
     dma = nbytes / prof.dma_bytes_per_ns
     ghz = prof.vector_ghz
