@@ -1,5 +1,6 @@
-"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job), zoo (the
-Transformers model zoo), torchtitan (TorchTitan's debug model on 2 neuron ranks against CPU/gloo)."""
+"""Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job), calibrate
+(the simulator against published Trainium measurements), zoo (the Transformers model zoo), torchtitan (TorchTitan's
+debug model on 2 neuron ranks against CPU/gloo)."""
 
 import os
 
@@ -87,6 +88,20 @@ def bench(session):
     session.run("python", "bench/compile.py", env=env)
     session.run("python", "bench/compile_wall.py", env=env)
     session.run("python", "bench/distributed.py", env=env)
+
+
+@nox.session(python=PYTHON)
+def calibrate(session):
+    """The calibration suite: every published hardware measurement against the simulator (one line per case, the
+    families' orders and spreads, the summary), the fit of the model's free parameters with residuals and
+    leave-one-family-out errors, and docs/fidelity.md rewritten (`-- --no-fit` skips the fit)."""
+    install(session)
+    env = {"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache")}
+    fit = "--no-fit" not in session.posargs
+    args = [a for a in session.posargs if a != "--no-fit"]
+    session.run("python", "packages/neuron-sim/calibration/run.py", "--write", "docs/fidelity.md", *args, env=env)
+    if fit:
+        session.run("python", "packages/neuron-sim/calibration/fit.py", *args, env=env)
 
 
 @nox.session(python=PYTHON)

@@ -59,9 +59,12 @@ def test_gemm_values_and_timing(profile):
 
 
 def test_larger_gemm_approaches_tensor_peak():
-    out, ref, report = run_gemm(TRN2, 1024, 1024, 1024)
+    # Launch-free: the check is how well the program's instructions overlap DMA with TensorE; the runtime's
+    # start-up and tear-down (launch_pre_ns + launch_post_ns) are outside the program.
+    profile = TRN2.replace(launch_pre_ns=0.0, launch_post_ns=0.0)
+    out, ref, report = run_gemm(profile, 1024, 1024, 1024)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-3)
-    ideal = ideal_gemm_tensor_cycles(TRN2, 1024, 1024, 1024)
+    ideal = ideal_gemm_tensor_cycles(profile, 1024, 1024, 1024)
     assert ideal / report.cycles("tensor") > 0.5  # the program overlaps DMA with TensorE
 
 

@@ -71,7 +71,7 @@ def test_trace_is_valid_json_with_every_instruction_on_its_track():
             assert e["args"]["bytes"] == ins.dst.num_elements * max(ins.dst.dtype.itemsize, ins.src.dtype.itemsize)
         else:
             assert e["ts"] * 1000 == pytest.approx(res.start[i], abs=1.0)
-        assert e["ts"] * 1000 >= 1000.0 - 1e-6  # starts at the given device time
+        assert e["ts"] * 1000 >= 1000.0 + TRN2.launch_pre_ns - 1e-6  # after the given device time and the start-up
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert set(names) == {e["tid"] for e in slices}
     assert names[0] == "tensor" and names[1] == "vector" and names[2] == "scalar" and names[3] == "gpsimd"
@@ -121,6 +121,6 @@ def test_empty_program():
     prog = Program("empty", [], [])
     plan = prepare_timing(prog, TRN2)
     res = run_timing(plan, start_ns=5.0, want_events=True)
-    assert res.end_ns == 5.0 and res.dma_bytes == 0
+    assert res.end_ns == 5.0 + TRN2.launch_pre_ns + TRN2.launch_post_ns and res.dma_bytes == 0  # the launch alone
     trace = chrome_trace(prog, plan, res)
     assert [e for e in trace["traceEvents"] if e["ph"] == "X"] == []

@@ -229,7 +229,7 @@ _COMMON = dict(
     min_ii=64, min_ii_dynamic=600, gpsimd_start=150, mm_init_latency=64, matmul_fp32_factor=4,
     fast_load_stationary_factor=4, scalar_dependent_cycles=264, vector_dependent_cycles=164,
     gpsimd_dependent_cycles=164, act_read_accumulator_cycles=64, stride_penalty_bytes=16, vector_reciprocal_factor=8,
-    dma_engines=16, dma_queues=16, dma_partitions_per_engine=8, dma_run_min_ns=7.0,
+    dma_engines=16, dma_queues=16, dma_partitions_per_engine=8,
     neuronlink_links=4, cc_hop_ns=1500.0,
 )
 
@@ -241,7 +241,8 @@ TRN1 = Profile(
     dma_transpose=False, dma_transpose_hbm_fraction=0.0, dma_transpose_sbuf_fraction=0.0,
     vector_perf_copy_factor=1, vector_perf_copy_partial_factor=1, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
-    dma_fixed_ns=1300.0, dma_issue_ns=100.0, dma_issue_desc_ns=0.0, dma_dge_units=0, dma_read_window_bytes=8192,
+    dma_fixed_ns=1300.0, dma_issue_ns=10.0, dma_issue_desc_ns=0.0, dma_dge_units=0, dma_read_window_bytes=8192,
+    dma_run_min_ns=7.0,
     act_table_load_ns=368.0, launch_pre_ns=13000.0, launch_post_ns=5000.0,
     hbm_bytes=32 * GiB, hbm_gbps=820.0, tensor_bf16_tflops=92.0,
     neuronlink_gbps=384.0, cc_cores=6, **_COMMON,
@@ -255,8 +256,9 @@ TRN2 = Profile(
     dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
-    dma_fixed_ns=740.0, dma_issue_ns=600.0, dma_issue_desc_ns=2.0, dma_dge_units=2, dma_read_window_bytes=32768,
-    act_table_load_ns=429.0, launch_pre_ns=9000.0, launch_post_ns=3500.0,
+    dma_fixed_ns=740.0, dma_issue_ns=845.0, dma_issue_desc_ns=1.8, dma_dge_units=2, dma_read_window_bytes=65536,
+    dma_run_min_ns=18.0,
+    act_table_load_ns=429.0, launch_pre_ns=9100.0, launch_post_ns=3500.0,
     # [CONFLICT] 2.9 TB/s [ARCH-TRN2] vs 3 TB/s in the NKI trn2 guide; the architecture page is used.
     hbm_bytes=96 * GiB, hbm_gbps=2900.0, tensor_bf16_tflops=79.0,
     # [CONFLICT] CC-Cores: 16 [ARCH-TRN2] vs 20 [NKI-ARCH-V3].
@@ -272,8 +274,9 @@ TRN3 = Profile(
     dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=2,
     dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
-    dma_fixed_ns=740.0, dma_issue_ns=600.0, dma_issue_desc_ns=2.0, dma_dge_units=2, dma_read_window_bytes=32768,
-    act_table_load_ns=429.0, launch_pre_ns=9000.0, launch_post_ns=3500.0,
+    dma_fixed_ns=740.0, dma_issue_ns=845.0, dma_issue_desc_ns=1.8, dma_dge_units=2, dma_read_window_bytes=65536,
+    dma_run_min_ns=18.0,
+    act_table_load_ns=429.0, launch_pre_ns=9100.0, launch_post_ns=3500.0,
     # [CONFLICT] 4.9 TB/s [ARCH-TRN3] vs 4.7 TB/s [NKI-ARCH-V4]; the architecture page is used.
     hbm_bytes=144 * GiB, hbm_gbps=4900.0, tensor_bf16_tflops=79.0,
     neuronlink_gbps=2560.0, cc_cores=16, **_COMMON,

@@ -6,8 +6,9 @@ choices written down in the package README ("Timing model"). N is the destinatio
 partition unless a formula says otherwise.
 
 Operands reach the formulas as :class:`Opnd` columns: one entry per instruction of the group, with
-``present`` False where the field holds an immediate or None. Sequence-dependent parts (LoadStationary
-reuse on TensorE, the dependent-issue floor, DMA contention) live in :mod:`.timing`.
+``present`` False where the field holds an immediate or None. The rules that depend on the instruction sequence
+(LoadStationary reuse, the dependent-issue drain, activation-table loads) are at the end; contention for engines,
+queues and DMA engines is the event loop's (:mod:`.events`).
 """
 
 from __future__ import annotations
@@ -342,13 +343,14 @@ def load_stationary(cycles, ls_cycles, te, te_mm, te_key) -> np.ndarray:
     return cycles
 
 
-def dependent_issue(cycles, engine, dependent, profile) -> tuple[np.ndarray, np.ndarray]:
-    """(cycles, applied): a Vector/Scalar/GpSimd instruction that reads what the instruction just before it on
-    its engine wrote takes at least that engine's ``*_dependent_cycles`` (the pipeline drains before it issues)."""
-    floor = np.array([0.0, profile.vector_dependent_cycles, profile.scalar_dependent_cycles,
-                      profile.gpsimd_dependent_cycles, 0.0])[engine]
-    vsg = (engine >= VECTOR) & (engine <= GPSIMD) & dependent
-    return np.where(vsg, np.maximum(cycles, floor), cycles), vsg
+def drain_ns(engine, profile) -> np.ndarray:
+    """Per instruction, how long after the end of the instruction on its own engine whose output it reads it may
+    issue (the engine's pipeline drains first): Vector/Scalar/GpSimd ``*_dependent_cycles`` start to start for a
+    tiny dependent pair, i.e. that minus MIN_II after the producer's end, at the engine's clock; 0 elsewhere."""
+    cycles = np.array([0.0, profile.vector_dependent_cycles, profile.scalar_dependent_cycles,
+                       profile.gpsimd_dependent_cycles, 0.0]) - profile.min_ii
+    ghz = np.array([1.0, profile.vector_ghz, profile.scalar_ghz, profile.gpsimd_ghz, 1.0])
+    return np.maximum(cycles, 0.0)[engine] / ghz[engine]
 
 
 def act_table_loads(engine, act_func, profile) -> np.ndarray:

@@ -3,8 +3,8 @@ would insert), from the memory its accesses read and write.
 
 ``dependencies`` turns an encoded program's accesses (:mod:`.encode`) into per-access geometry (partition and
 byte ranges on chip, row segments in HBM) and walks them in program order with a Numba-compiled pass; the
-result is a predecessor CSR and, per instruction, whether it reads what the previous instruction on its engine
-wrote (the dependent-issue rule of :mod:`.costs`).
+result is a predecessor CSR and, per instruction, the latest instruction of its own engine whose output it reads
+(that instruction's pipeline must drain first: the dependent-issue rule of :mod:`.costs`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Geometry:
         return int(self.g["hbm_blk"])
 
     def dependencies(self, streams: np.ndarray, n_streams: int):
-        """(pred_ptr, preds, dependent) with instructions numbered onto ``streams`` (an instruction waits only
+        """(pred_ptr, preds, producer) with instructions numbered onto ``streams`` (an instruction waits only
         for other streams' instructions and its own DMA queue: a compute stream runs in program order)."""
         g = self.g
         return _dependencies(
@@ -206,12 +206,13 @@ def _access_blocks(a, kind, lo, hi, plo, phi, ref, h_tensor, h_base, h_len, h_si
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _visit_blocks(i, s, prev, phase, cnt, blk, blo, bhi, bplo, bphi, head, recs, n_rec, free_rec, stream, mark,
+def _visit_blocks(i, s, phase, cnt, blk, blo, bhi, bplo, bphi, head, recs, n_rec, free_rec, stream, mark,
                   preds, npred):
     """Apply one access (its cnt block ranges) of instruction i to the block records (see _dependencies).
     The caller guarantees room for cnt new records and for every record's instruction as a predecessor.
-    Returns (npred, n_rec, free_rec, dependent)."""
-    dependent = False
+    Returns (npred, n_rec, free_rec, producer): the latest instruction of i's own compute stream whose write this
+    read overlaps (-1 if none)."""
+    producer = -1
     for c in range(cnt):
         b = blk[c]
         x0, x1, p0, p1 = blo[c], bhi[c], bplo[c], bphi[c]
@@ -230,8 +231,8 @@ def _visit_blocks(i, s, prev, phase, cnt, blk, blo, bhi, bplo, bphi, head, recs,
                     if s >= N_COMPUTE or stream[j] != s:
                         preds[npred] = j
                         npred += 1
-                if phase == 0 and j == prev:
-                    dependent = True
+                if phase == 0 and s < N_COMPUTE and stream[j] == s and j != i and j > producer:
+                    producer = j
             covered = x0 <= recs[rec, 3] and recs[rec, 4] <= x1 and p0 <= recs[rec, 5] and recs[rec, 6] <= p1
             same = recs[rec, 1] == s and recs[rec, 2] == phase
             if covered and same and mine < 0:
@@ -282,7 +283,7 @@ def _visit_blocks(i, s, prev, phase, cnt, blk, blo, bhi, bplo, bphi, head, recs,
             recs[rec, 6] = p1
             recs[rec, 7] = head[b]
             head[b] = rec
-    return npred, n_rec, free_rec, dependent
+    return npred, n_rec, free_rec, producer
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -298,8 +299,8 @@ def _dependencies(n, stream, n_streams, ptr, write, kind, lo, hi, plo, phi, ref,
     (instruction := the new one, range := the hull): a stream completes in order, so its latest
     instruction stands for the earlier ones (conservative).
     HBM accesses too large to enumerate are tracked per tensor ("coarse"), ordered against every access to
-    that tensor. Returns (pred_ptr, preds, dependent): dependent[i] says i reads what the instruction just
-    before it on its engine wrote.
+    that tensor. Returns (pred_ptr, preds, producer): producer[i] is the latest instruction of i's own compute
+    stream whose output i reads (-1 if none; its pipeline must drain before i issues, see :mod:`.costs`).
     """
     n_tensors = t_nblk.shape[0]
     n_blocks = n_quad * (sb_nblk + ps_nblk) + t_base[n_tensors]
@@ -315,12 +316,11 @@ def _dependencies(n, stream, n_streams, ptr, write, kind, lo, hi, plo, phi, ref,
     fine_writer = np.full((g_count, n_streams), -1, np.int32)  # latest fine writer of a tensor per stream
     fine_reader = np.full((g_count, n_streams), -1, np.int32)
     coarse_reader = np.full((g_count, n_streams), -1, np.int32)
-    last_on = np.full(n_streams, -1, np.int64)
     mark = np.full(max(n, 1), -1, np.int64)
     pred_ptr = np.zeros(n + 1, np.int64)
     preds = np.empty(max(16, 2 * n), np.int32)
     npred = 0
-    dependent = np.zeros(n, np.bool_)
+    producer = np.full(n, -1, np.int32)
     m = max(scratch, 1)
     blk = np.empty(m, np.int64)
     blo = np.empty(m, np.int64)
@@ -329,7 +329,6 @@ def _dependencies(n, stream, n_streams, ptr, write, kind, lo, hi, plo, phi, ref,
     bphi = np.empty(m, np.int64)
     for i in range(n):
         s = stream[i]
-        prev = last_on[s]
         for phase in range(2):  # reads first, then writes
             for a in range(ptr[i], ptr[i + 1]):
                 if write[a] != phase:
@@ -379,13 +378,12 @@ def _dependencies(n, stream, n_streams, ptr, write, kind, lo, hi, plo, phi, ref,
                     grown = np.empty((cap, 8), np.int32)
                     grown[:n_rec] = recs[:n_rec]
                     recs = grown
-                npred, n_rec, free_rec, dep = _visit_blocks(i, s, prev, phase, cnt, blk, blo, bhi, bplo, bphi, head,
-                                                            recs, n_rec, free_rec, stream, mark, preds, npred)
-                if dep:
-                    dependent[i] = True
+                npred, n_rec, free_rec, prod = _visit_blocks(i, s, phase, cnt, blk, blo, bhi, bplo, bphi,
+                                                             head, recs, n_rec, free_rec, stream, mark, preds, npred)
+                if prod > producer[i]:
+                    producer[i] = prod
         pred_ptr[i + 1] = npred
-        last_on[s] = i
-    return pred_ptr, preds[:npred].copy(), dependent
+    return pred_ptr, preds[:npred].copy(), producer
 
 
 @numba.njit(cache=True, error_model="numpy")

@@ -24,12 +24,13 @@ def dma_params(p: Profile) -> np.ndarray:
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _schedule(n, n_streams, stream_ptr, stream_instr, dur, dma_bytes, dma_p0, dma_parts, dma_runs, dma_bw,
-              dma_read, pred_count, succ_ptr, succ_idx, start_ns, prm, want, out_start, out_end):
+def _schedule(n, n_streams, stream_ptr, stream_instr, dur, producer, drain, dma_bytes, dma_p0, dma_parts, dma_runs,
+              dma_bw, dma_read, pred_count, succ_ptr, succ_idx, start_ns, prm, want, out_start, out_end):
     """List-schedule the program in time order; returns (end_ns, total DMA-engine busy ns).
 
     Each step starts, among the streams whose next instruction has all its dependencies done, the one that can
-    start earliest (ties: program order). Compute streams run one instruction at a time.
+    start earliest (ties: program order). Compute streams run one instruction at a time; one that reads what an
+    earlier instruction of its engine wrote (``producer``) also waits ``drain`` after that one's end.
 
     A DMA (``prm``: issue ns, issue ns per descriptor, fixed latency ns, DGE units, DMA engines, partitions per
     engine, minimum ns per run, HBM read bytes/ns per queue and engine) occupies its queue, and one of the DGE
@@ -45,6 +46,7 @@ def _schedule(n, n_streams, stream_ptr, stream_instr, dur, dma_bytes, dma_p0, dm
     run_min, read_rate = prm[6], prm[7]
     remaining = pred_count.copy()
     ready_at = np.full(n, start_ns)
+    end_at = np.empty(n)
     head = stream_ptr[:n_streams].copy()
     stream_free = np.full(n_streams, start_ns)
     queue_done = np.full(n_streams, start_ns)
@@ -71,6 +73,8 @@ def _schedule(n, n_streams, stream_ptr, stream_instr, dur, dma_bytes, dma_p0, dm
             if remaining[i] != 0:
                 continue
             t = max(stream_free[s], ready_at[i])
+            if producer[i] >= 0:
+                t = max(t, end_at[producer[i]] + drain[i])
             if s >= N_COMPUTE and n_dge > 0:
                 t = max(t, dge_free[dge_u])
             if t < best_t or (t == best_t and i < best_i):
@@ -122,6 +126,7 @@ def _schedule(n, n_streams, stream_ptr, stream_instr, dur, dma_bytes, dma_p0, dm
                 e = max(e, c_end)
             e = max(e, queue_done[s])
             queue_done[s] = e
+        end_at[i] = e
         if want:
             out_start[i] = t
             out_end[i] = e
@@ -157,9 +162,9 @@ def _run(plan: TimingPlan, start_ns: float, want_events: bool, p: Profile) -> Ti
     out_end = np.empty(n if want_events else 0, np.float64)
     first = float(start_ns) + p.launch_pre_ns  # the runtime's start-up precedes the first instruction
     end_ns, dma_busy = _schedule(n, plan.n_streams, plan.stream_ptr, plan.stream_instr, plan.dur_ns,
-                                 plan.dma_bytes, plan.dma_p0, plan.dma_parts, plan.dma_runs, plan.dma_bw,
-                                 plan.dma_read, plan.pred_count, plan.succ_ptr, plan.succ_idx, first,
-                                 dma_params(p), want_events, out_start, out_end)
+                                 plan.producer, plan.drain_ns, plan.dma_bytes, plan.dma_p0, plan.dma_parts,
+                                 plan.dma_runs, plan.dma_bw, plan.dma_read, plan.pred_count, plan.succ_ptr,
+                                 plan.succ_idx, first, dma_params(p), want_events, out_start, out_end)
     if end_ns < first:
         raise RuntimeError("timing: scheduler found no runnable instruction (dependency cycle)")
     busy = {name: float(plan.busy_ns[k]) for k, name in enumerate(ENGINE_NAMES)}

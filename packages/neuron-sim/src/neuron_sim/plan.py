@@ -32,7 +32,8 @@ class TimingPlan:
     stream: np.ndarray  # int16: engine for compute, N_COMPUTE + queue for DMA (the trace track)
     cycles: np.ndarray  # float64 engine cycles of compute instructions (0 for DMA)
     dur_ns: np.ndarray  # float64 duration of compute instructions (0 for DMA)
-    dependent: np.ndarray  # bool: dependent-issue floor applied
+    producer: np.ndarray  # int32 latest instruction of the same compute engine whose output it reads (-1)
+    drain_ns: np.ndarray  # float64 how long after that producer's end it may issue (its pipeline drains)
     dma_bytes: np.ndarray  # int64 bytes moved (0 for compute)
     dma_p0: np.ndarray  # int64 first partition of the on-chip side (which engines serve it); -1: every engine
     dma_parts: np.ndarray  # int64 partitions of the on-chip side (rows, with no on-chip side)

@@ -36,12 +36,11 @@ def _prepare(program, profile: Profile, exact: bool) -> TimingPlan:
     enc = encode(program, profile)
     n = enc.n
     geometry = Geometry(program, profile, enc)
-    pred_ptr, preds, dependent = geometry.dependencies(enc.stream, enc.n_streams)
+    pred_ptr, preds, producer = geometry.dependencies(enc.stream, enc.n_streams)
     # every instruction its own (DMA-like) stream: no edge is left to program order, none pruned by it
     full = geometry.dependencies(np.arange(N_COMPUTE, N_COMPUTE + n), N_COMPUTE + n)[:2] if exact else None
 
     cycles = costs.load_stationary(enc.cycles, enc.ls_cycles, enc.te, enc.te_mm, enc.te_key)
-    cycles, floored = costs.dependent_issue(cycles, enc.engine, dependent, profile)
     dur_ns = costs.durations_ns(cycles, enc.engine, costs.act_table_loads(enc.engine, enc.act_func, profile), profile)
 
     succ_ptr, succ_idx, pred_count = successors(n, pred_ptr, preds)
@@ -51,7 +50,8 @@ def _prepare(program, profile: Profile, exact: bool) -> TimingPlan:
     busy = np.bincount(enc.engine, weights=dur_ns, minlength=5)[:4].astype(np.float64)
     counts = np.bincount(enc.engine, minlength=5).astype(np.int64)
     d = enc.dma
-    return TimingPlan(profile, n, enc.opcode, enc.engine, enc.stream, cycles, dur_ns, floored, d.nbytes, d.p0,
+    drain = np.where(producer >= 0, costs.drain_ns(enc.engine, profile), 0.0)
+    return TimingPlan(profile, n, enc.opcode, enc.engine, enc.stream, cycles, dur_ns, producer, drain, d.nbytes, d.p0,
                       d.parts, d.runs, d.bw, d.read, pred_count, succ_ptr, succ_idx, enc.n_streams, stream_ptr,
                       stream_instr, busy, counts, int(d.nbytes.sum()), geometry.hbm_block_bytes, exact=full)
 
