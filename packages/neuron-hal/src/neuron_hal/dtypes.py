@@ -1,4 +1,4 @@
-"""Element types of device memory (reference §2.6) and their numpy storage types."""
+"""Element types of device memory (docs/hardware.md §2.6) and their numpy storage types."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ _NUMPY = {
 _FROM_NUMPY = {v: k for k, v in _NUMPY.items()}
 _BY_NAME = {d.value[0]: d for d in DType} | {d.name: d for d in DType}
 
-# Engine compute types (reference §2.6): Vector/Scalar/GpSimd compute on these, 64-bit types only move.
+# Engine compute types (docs/hardware.md §2.6): Vector/Scalar/GpSimd compute on these, 64-bit types only move.
 ENGINE_DTYPES = frozenset(d for d in DType if d.itemsize <= 4)
 # TensorE inputs (NC-v3: cFP8, FP16, BF16, TF32, FP32).
 MATMUL_DTYPES = frozenset(

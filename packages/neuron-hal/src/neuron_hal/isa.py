@@ -5,7 +5,7 @@ dataclasses: hashable, comparable, serializable (see :mod:`neuron_hal.program`) 
 Semantics are stated per instruction; costs and rules live in the simulator and in
 :mod:`neuron_hal.validate`.
 
-Conventions (as on the hardware, reference §2.2):
+Conventions (as on the hardware, docs/hardware.md §2.2):
 - SBUF/PSUM operands span ``partitions`` consecutive partitions from ``start_partition``; every
   partition uses the same free pattern. ``offset`` is the byte offset inside each partition.
 - HBM operands address program argument ``tensor``: ``offset`` bytes from its base, then row ``p``

@@ -1,8 +1,10 @@
 """Device profiles: every hardware number the simulator and the kernels use, each with its source.
 
-Source tags refer to the reference sheet (shared/reference/trainium.md, section 0). ``[INFERRED]``
-marks a value derived by arithmetic or judgement, not stated by AWS; ``[CONFLICT]`` marks a value
-AWS pages disagree on (the alternative is named). ``profile.source(name)`` returns the tag.
+Source tags are defined in the project's hardware reference, ``docs/hardware.md`` (section 0: each tag's public
+document, release and path). ``[INFERRED]`` marks a value derived by arithmetic or judgement, not stated by AWS;
+``[CONFLICT]`` marks a value AWS pages disagree on (the alternative is named); "fitted" marks a value the
+calibration suite fits to published measurements (``docs/fidelity.md``: the cases, the fit and its residuals).
+``profile.source(name)`` returns the source.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Profile:
     vector_lanes: int = _f("[NKI-ARCH-V2/V3/V4] §2.1 VectorE width for other dtypes")
     scalar_lanes_16bit: int = _f("[NKI-ARCH-V2/V3/V4] §2.1 ScalarE width for BF16/FP16/FP8")
     scalar_lanes: int = _f("[NKI-ARCH-V2/V3/V4] §2.1")
-    gpsimd_lanes: int = _f("[NKI-ARCH-V2/V3/V4] §2.1")
+    gpsimd_lanes: int = _f("[NKI-ARCH-V2][NKI-ARCH-V4] §2.1; NC-v3 [INFERRED] (its guide leaves the width blank)")
 
     # PE array and tile limits.
     pe_rows: int = _f("[NKI-ARCH-V2] 128x128 systolic array")
@@ -48,7 +50,9 @@ class Profile:
     gemm_moving_fmax: int = _f("[NL-2.26] nl.tile_size.gemm_moving_fmax")
     psum_bank_fmax: int = _f("[NL-2.26] psum_fmax: one 2 KiB bank of FP32")
     bn_stats_fmax: int = _f("[NL-2.26] nl.tile_size.bn_stats_fmax")
-    scalar_tensor_copy: bool = _f("[NKI-ARCH-V3] ScalarE tensor_copy from NC-v3 (earlier: activation identity)")
+    scalar_tensor_copy: bool = _f(
+        "[NKI-ARCH-V3] bit-exact ScalarE tensor_copy from NC-v3; NC-v2's ScalarE copies through FP32 ([ISA-2.26]), "
+        "which the project issues as an identity activation (same cost)")
     scalar_tensor_scalar: bool = _f("[NKI-ARCH-V4] native ScalarE tensor_scalar from NC-v4")
     psum_bf16_output: bool = _f("[NKI-ARCH-V4] BF16 PSUM output only on NC-v4")
     free_size_max: int = _f("[NKI-ARCH-V2] F access pattern sizes are uint16")
@@ -67,7 +71,10 @@ class Profile:
     min_ii_dynamic: int = _f("[ISA-2.26] MIN_II_DYNAMIC")
     gpsimd_start: int = _f("[ISA-2.26] GPSIMD_START")
     mm_init_latency: int = _f("[NKI-ARCH-V2] MM_INIT_LATENCY; NC-v3/v4 [INFERRED] same")
-    matmul_fp32_factor: int = _f("[ISA-2.26] FP32 matmul costs 4x")
+    matmul_fp32_factor: float = _f(
+        "[ISA-2.26] an FP32 matmul costs 4x (NC-v3: the NKI kernel-optimization tutorial's PE-bound fp32 kernels run "
+        "at 4.0x, docs/fidelity.md; NC-v4 [INFERRED] same); NC-v2 fitted: 4.7x over the four TensorE-bound fp32 "
+        "kernels of the calibration suite (AccelOpt's NKIBench on trn1), docs/fidelity.md")
     fast_load_stationary_factor: int = _f("[NKI-ARCH-V2][PERF] LoadStationary up to 4x faster than MM")
     scalar_dependent_cycles: int = _f(
         "[PERF] measured: dependent 1-element ScalarE instructions start every 189 ns = 264 cycles (NC-v2); "
@@ -87,14 +94,20 @@ class Profile:
     vector_reciprocal_factor: int = _f("[ISA-NOW] Vector reciprocal costs 8N")
     vector_perf_copy_factor: int = _f(
         "[NKI-ARCH-V3] VectorE perf mode: 4x copy/tensor_scalar BF16 SBUF contiguous (1 = none)")
-    vector_perf_copy_partial_factor: int = _f("[NKI-ARCH-V3] 2x when not contiguous or one side PSUM (1 = none)")
+    vector_perf_copy_partial_factor: int = _f(
+        "[NKI-ARCH-V3] 2x when not contiguous or one side PSUM (1 = none); NC-v4 [INFERRED] same (its guide does not "
+        "restate the mode)")
     scalar_perf_factor: int = _f("[NKI-ARCH-V4] ScalarE 2x BF16 tensor_scalar/copy (1 = none)")
 
     # DMA.
     dma_engines: int = _f("[NKI-ARCH-V2/V3][DMA-BW] 16 DMA engines per NeuronCore")
     dma_queues: int = _f("[DMA-OV] 16 queues per DMA engine")
-    dma_engine_bytes_per_ns: float = _f("[DMA-BW][DMA-OV] sustained bandwidth per DMA engine")
-    dma_engine_peak_bytes_per_ns: float = _f("[DMA-OV][NKI-ARCH-V2] theoretical bandwidth per DMA engine")
+    dma_engine_bytes_per_ns: float = _f(
+        "[DMA-BW][DMA-OV] bandwidth per DMA engine 17 / 23 / 33 B/ns; [CONFLICT] [DMA-OV] also gives 27.2 / 38.4 "
+        "GB/s per engine as 'theoretical' ([NKI-ARCH-V2]: 27 GiB/s): the profiles take the former as what an engine "
+        "sustains (a trn2 engine measured 23.1 B/ns, [DMA-OV])")
+    dma_engine_peak_bytes_per_ns: float = _f(
+        "[DMA-OV][NKI-ARCH-V2] the other 'theoretical' per-engine figure (27.2 / 38.4 GB/s); not used by the model")
     dma_fixed_ns: float = _f(
         "latency from a DMA's trigger to its first data on the engines: [DMA-BW] ~1,300 ns semaphore-to-start "
         "(NC-v2); NC-v3 measured ~740 ns trigger to first data (NKI DMA overview profile); NC-v4 [INFERRED] NC-v3")
@@ -137,7 +150,10 @@ class Profile:
 
     # HBM.
     hbm_bytes: int = _f("[ARCH-TRN1/2/3] HBM per chip")
-    hbm_gbps: float = _f("[ARCH-TRN1/2/3] HBM bandwidth per chip, GB/s")
+    hbm_gbps: float = _f(
+        "[ARCH-TRN1/2/3] HBM bandwidth per chip, GB/s; [CONFLICT] trn1: [ARCH-TRN1] 820 GiB/s vs [NKI-ARCH-V2] "
+        "820 GB/s (GB/s taken; the NC-v2 profiler's 100% DMA throughput is ~410 GB/s per core, [PERF] figure 27); "
+        "trn2, trn3 as the profile definitions note")
 
     # Throughput claims used as roofline references.
     tensor_bf16_tflops: float = _f("[NKI-ARCH-V2/V3/V4] per-NC claim; model = 128x128x2xclock")
@@ -145,7 +161,7 @@ class Profile:
     # Chip-to-chip.
     neuronlink_links: int = _f("[NKI-ARCH-V2/V3] 4 links per chip")
     neuronlink_gbps: float = _f("[ARCH-TRN2][ARCH-TRN3] NeuronLink bandwidth per chip, GB/s")
-    cc_cores: int = _f("[ARCH-TRN2] CC-Cores per chip")
+    cc_cores: int = _f("[ARCH-TRN2][ARCH-TRN3] CC-Cores per chip; [CONFLICT] 20 in [NKI-ARCH-V3] and [NKI-ARCH-V4]")
     cc_hop_ns: float = _f("[CC] per-hop latency 1-2 us")
 
     # ---- derived figures ------------------------------------------------------------------
@@ -226,7 +242,7 @@ _COMMON = dict(
     pe_rows=128, pe_cols=128, pmax=128, gemm_stationary_fmax=128, gemm_moving_fmax=512,
     psum_bank_fmax=512, bn_stats_fmax=512, free_size_max=65535, free_stride_max=32767, free_dims_max=4,
     vector_fmax_psum=4096, sbuf_partitions=128, psum_partition_bytes=16 * KiB, psum_banks=8,
-    min_ii=64, min_ii_dynamic=600, gpsimd_start=150, mm_init_latency=64, matmul_fp32_factor=4,
+    min_ii=64, min_ii_dynamic=600, gpsimd_start=150, mm_init_latency=64,
     fast_load_stationary_factor=4, scalar_dependent_cycles=264, vector_dependent_cycles=164,
     gpsimd_dependent_cycles=164, act_read_accumulator_cycles=64, stride_penalty_bytes=16, vector_reciprocal_factor=8,
     dma_engines=16, dma_queues=16, dma_partitions_per_engine=8,
@@ -241,6 +257,7 @@ TRN1 = Profile(
     dma_transpose=False, dma_transpose_hbm_fraction=0.0, dma_transpose_sbuf_fraction=0.0,
     vector_perf_copy_factor=1, vector_perf_copy_partial_factor=1, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
+    matmul_fp32_factor=4.7,
     dma_fixed_ns=1300.0, dma_issue_ns=10.0, dma_issue_desc_ns=0.0, dma_dge_units=0, dma_read_window_bytes=8192,
     dma_run_min_ns=7.0,
     act_table_load_ns=368.0, launch_pre_ns=13000.0, launch_post_ns=5000.0,
@@ -256,6 +273,7 @@ TRN2 = Profile(
     dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=1,
     dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
+    matmul_fp32_factor=4.0,
     dma_fixed_ns=740.0, dma_issue_ns=845.0, dma_issue_desc_ns=1.8, dma_dge_units=2, dma_read_window_bytes=65536,
     dma_run_min_ns=18.0,
     act_table_load_ns=429.0, launch_pre_ns=9100.0, launch_post_ns=3500.0,
@@ -274,6 +292,7 @@ TRN3 = Profile(
     dma_transpose=True, dma_transpose_hbm_fraction=0.9, dma_transpose_sbuf_fraction=0.5,
     vector_perf_copy_factor=4, vector_perf_copy_partial_factor=2, scalar_perf_factor=2,
     dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
+    matmul_fp32_factor=4.0,
     dma_fixed_ns=740.0, dma_issue_ns=845.0, dma_issue_desc_ns=1.8, dma_dge_units=2, dma_read_window_bytes=65536,
     dma_run_min_ns=18.0,
     act_table_load_ns=429.0, launch_pre_ns=9100.0, launch_post_ns=3500.0,

@@ -1,4 +1,4 @@
-"""Static rules every driver enforces before running a program (reference §2.2, §2.3, §2.4).
+"""Static rules every driver enforces before running a program (docs/hardware.md §2.2, §2.3, §2.4).
 
 Each broken rule raises :class:`ProgramError` naming the program, the instruction (index and
 listing), the rule and the values, so a kernel author sees exactly what to change.
@@ -193,7 +193,7 @@ class _Where:
 
 def allowed_starts(partitions: int) -> tuple[int, ...]:
     """Partitions an on-chip compute operand of ``partitions`` partitions may start at: >64 at 0; 33..64 at 0 or
-    64; <=32 at any quadrant (reference §2.2). Kernels packing several small operands into one tile ask it."""
+    64; <=32 at any quadrant (docs/hardware.md §2.2). Kernels packing several small operands into one tile ask it."""
     if partitions > 64:
         return (0,)
     if partitions > 32:

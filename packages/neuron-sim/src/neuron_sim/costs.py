@@ -1,7 +1,7 @@
 """Per-instruction cost formulas of the timing model, vectorized over the instructions of one opcode.
 
 Each formula returns engine cycles (float) for an array of instructions. Every number comes from the
-:class:`~neuron_hal.Profile`; the formulas are the documented NKI estimates (reference §3) with the
+:class:`~neuron_hal.Profile`; the formulas are the documented NKI estimates (docs/hardware.md §3) with the
 choices written down in the package README ("Timing model"). N is the destination's elements per
 partition unless a formula says otherwise.
 

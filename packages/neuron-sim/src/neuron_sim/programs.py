@@ -64,7 +64,7 @@ def tiled_gemm(profile: Profile, m: int, n: int, k: int, dtype="bfloat16", out_d
 
 
 def ideal_gemm_tensor_cycles(profile: Profile, m: int, n: int, k: int, dtype="bfloat16") -> int:
-    """TensorE cycles of the GEMM at one matmul per II (reference §3 cost), nothing else."""
+    """TensorE cycles of the GEMM at one matmul per II (docs/hardware.md §3 cost), nothing else."""
     tm, tn, tk = profile.gemm_stationary_fmax, min(n, profile.gemm_moving_fmax), profile.pmax
     ii = max(min(profile.mm_init_latency, tm), tn)
     factor = profile.matmul_fp32_factor if DType.of(dtype) is DType.float32 else 1

@@ -162,7 +162,7 @@ def hbm_seg(x, R: int, K1: int, k0: int, s0: int, Q: int, L: int, j0: int, n: in
 # ================================================================================================
 class Ctx:
     """Per-trace helper: a list scheduler over the Vector/Scalar/GpSimd engines using the documented
-    instruction costs (reference §3, numbers from the profile), DMA queues split between loads and
+    instruction costs (docs/hardware.md §3, numbers from the profile), DMA queues split between loads and
     stores (a queue completes in order, so a store waiting on compute must not hold up loads), and
     constant tiles made once per kernel."""
 
@@ -192,7 +192,7 @@ class Ctx:
     def store(self, dst, src):
         nisa.dma_copy(dst, src, queue=self.store_queue())
 
-    # -- costs (engine cycles; reference §3 formulas) --------------------------------------------
+    # -- costs (engine cycles; docs/hardware.md §3 formulas) --------------------------------------------
     def ghz(self, e: Engine) -> float:
         return {V: self.prof.vector_ghz, S: self.prof.scalar_ghz, G: self.prof.gpsimd_ghz}[e]
 

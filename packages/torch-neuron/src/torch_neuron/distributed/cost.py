@@ -1,6 +1,6 @@
 """Simulated NeuronLink time of a collective (the device-time model; data really moves through gloo).
 
-Each rank is one device on its own chip; the chips are joined by NeuronLink (reference §7: ring
+Each rank is one device on its own chip; the chips are joined by NeuronLink (docs/hardware.md §5: ring
 algorithms, AllReduce = ReduceScatter + AllGather; mesh for small messages). With ``N`` ranks, ``S``
 the bytes a rank's tensors hold (the full, unsharded size for allgather / reduce_scatter), ``h`` the
 per-hop latency ``profile.cc_hop_ns``, ``C`` the chip's NeuronLink bandwidth ``profile.neuronlink_gbps``
@@ -9,7 +9,7 @@ per-hop latency ``profile.cc_hop_ns``, ``C`` the chip's NeuronLink bandwidth ``p
 - allreduce:         min(ring 2(N-1)(h + S/(N C)),  mesh 2h + (N-1) S / C)
                      (ring: one ring per link, each carrying 1/links of the data, so a step moves S/N at
                      C; mesh: every rank sends its whole tensor to the N-1 others, then reduces locally:
-                     fewer hops, more bytes, so it wins for small messages, as §7 says)
+                     fewer hops, more bytes, so it wins for small messages, as §5 says)
 - allgather, reduce_scatter: (N-1)(h + S/(N C))
 - broadcast, reduce, scatter, gather: pipelined ring (N-1) h + S / C
 - alltoall:          h + (N-1)/N * S / C   (mesh: each peer's slice on a direct route)
