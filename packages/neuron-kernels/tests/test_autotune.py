@@ -152,6 +152,18 @@ def test_entries_are_keyed_by_version_profile_and_signature(cache):
     assert drv.estimates == 8 and len(list(cache.glob("chunked_copy-v2-*.json"))) == 1
 
 
+def test_a_recalibrated_profile_retunes():
+    """The profile's figures are part of the key: a choice timed with other figures (a recalibration) does not
+    apply, the same figures find it again."""
+    k = make_copy_kernel()
+    trn2 = get_profile("trn2")
+    key = k.signature_key(k.signature.bind(SPEC), trn2)
+    record(key, {"chunk": 256, "bufs": 4}, 1.0, [])
+    assert best_config(k, k.signature_key(k.signature.bind(SPEC), trn2.replace()), trn2) == {"chunk": 256, "bufs": 4}
+    other = trn2.replace(dma_fixed_ns=trn2.dma_fixed_ns + 1)
+    assert best_config(k, k.signature_key(k.signature.bind(SPEC), other), other) is None
+
+
 def test_a_stale_entry_with_unknown_tunables_is_reported():
     k = make_copy_kernel()
     key = k.signature_key(k.signature.bind(SPEC), get_profile("trn2"))

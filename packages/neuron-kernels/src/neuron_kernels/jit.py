@@ -92,13 +92,14 @@ class Kernel:
         return self.signature_key(bound, profile)
 
     def signature_key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
-        """What a tuned choice is keyed by: kernel, version, profile, shapes/dtypes and constants."""
+        """What a tuned choice is keyed by: kernel, version, profile, shapes/dtypes and constants, and the profile's
+        figures (its fingerprint): a recalibrated profile is timed differently, so it retunes."""
         parts = []
         for name, v in bound.arguments.items():
             if name in self.tunables:
                 continue
             parts.append((name, TensorSpec.of(v)) if _is_tensor(v) else (name, "const", _freeze(v)))
-        return (self.name, self.version, profile.name, tuple(parts))
+        return (self.name, self.version, profile.name, tuple(parts), profile.fingerprint)
 
     def _key(self, bound: inspect.BoundArguments, profile: Profile) -> tuple:
         parts = []
