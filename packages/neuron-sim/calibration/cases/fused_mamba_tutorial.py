@@ -99,11 +99,11 @@ def _scan(delta_a, delta_bu, initial):
     return t
 
 
-def _state_step(ones, delta_i, u_i, a_i, b_row_src, c_row_src, accum, initial=0.0):
-    """Steps 1-6 for one (channel tile, state[, sequence chunk]) in the sources' order; returns the scan result."""
+def _state_step(ones, delta_i, delta_u, a_i, b_row_src, c_row_src, accum, initial=0.0):
+    """Steps 1-6 for one (channel tile, state[, sequence chunk]) in the sources' order, with delta * u computed by
+    the caller (see mamba_v2); returns the scan result."""
     delta_a = _exp_scaled(delta_i, a_i)
     b_row = TOOLCHAIN.load(b_row_src)
-    delta_u = _tt(delta_i, u_i, nl.multiply)
     delta_bu = _tt(delta_u, broadcast_row(ones, b_row), nl.multiply)
     scan = _scan(delta_a, delta_bu, initial)
     c_row = TOOLCHAIN.load(c_row_src)
@@ -145,7 +145,14 @@ def mamba_v1(delta, u, A, B, C):
 @nk.kernel
 def mamba_v2(delta, u, A, B, C):
     """NKI_EXAMPLE_26: channel tile outer, state inner; delta and u loaded once per tile, A / B / C per state; one
-    [128, L] accumulator per tile, stored at the end of its state loop."""
+    [128, L] accumulator per tile, stored at the end of its state loop.
+
+    delta * u does not depend on the state, and the compiler computed it once per channel tile: the published v2
+    profile (mamba_v2.png, L 512) has VectorE active 1.57 ms for 512 (tile, state) steps, 3.07 us a step, which is
+    what the five remaining VectorE instructions take (3,072 cycles at 1.12 GHz = 2.74 us plus four dependent
+    drains), not the six the source writes inside the loop (4,096 cycles = 3.66 us alone). The case follows the
+    compiler there (mamba_v1 keeps the source's per-step product: its profile shows other rewrites, see
+    ``differs``)."""
     batch, channels, L = delta.shape
     n_state = A.shape[1]
     out = nl.ndarray((batch, channels, L), delta.dtype, buffer=nl.hbm)
@@ -156,9 +163,10 @@ def mamba_v2(delta, u, A, B, C):
             accum = nl.zeros((P, L), delta.dtype, name="scanC_accum")
             delta_i = TOOLCHAIN.load(delta[b, rows, 0:L])
             u_i = TOOLCHAIN.load(u[b, rows, 0:L])
+            delta_u = _tt(delta_i, u_i, nl.multiply)  # hoisted out of the state loop by the compiler (docstring)
             for s in nl.affine_range(n_state):
                 a_i = TOOLCHAIN.load(A[rows, s:s + 1])
-                _state_step(ones, delta_i, u_i, a_i, B[b, s:s + 1, 0:L], C[b, s:s + 1, 0:L], accum)
+                _state_step(ones, delta_i, delta_u, a_i, B[b, s:s + 1, 0:L], C[b, s:s + 1, 0:L], accum)
             TOOLCHAIN.store(out[b, rows, 0:L], accum)
     return out
 
@@ -178,12 +186,13 @@ def mamba_v3(delta, u, A, B, C):
             accum = nl.zeros((P, L), delta.dtype, name="scanC_accum")
             delta_i = TOOLCHAIN.load(delta[b, rows, 0:L])
             u_i = TOOLCHAIN.load(u[b, rows, 0:L])
+            delta_u = _tt(delta_i, u_i, nl.multiply)  # hoisted out of the state loop by the compiler (mamba_v2)
             for s in nl.affine_range(n_state):
                 a_i = TOOLCHAIN.load(A[rows, s:s + 1])
                 carry = nl.zeros((P, 1), delta.dtype, name="scan_init")
                 for t in nl.static_range(L // SEQ_TILE):
                     cols = nl.ds(t * SEQ_TILE, SEQ_TILE)
-                    scan = _state_step(ones, delta_i[:, cols], u_i[:, cols], a_i, B[b, s:s + 1, cols],
+                    scan = _state_step(ones, delta_i[:, cols], delta_u[:, cols], a_i, B[b, s:s + 1, cols],
                                        C[b, s:s + 1, cols], accum[:, cols], initial=carry)
                     nisa.tensor_copy(carry, scan[:, SEQ_TILE - 1:SEQ_TILE])
             TOOLCHAIN.store(out[b, rows, 0:L], accum)
@@ -210,12 +219,12 @@ _V1_DIFFERS = ("every (state, channel tile) step loads delta, u, A, B and C and 
                "step (1024 fp32 matmuls at C 4096, TensorE ~40 % busy behind VectorE). The toy profile also shows a "
                "few spill/reload DMAs near its start (qScalarSpillReload0, qSyncSpillReload0), not modelled. "
                + _COMMON_DIFFERS)
-_V2_DIFFERS = _COMMON_DIFFERS
-_V3_DIFFERS = ("the carry copy scan_init[...] = scan[:, 511] is a VectorE tensor_copy (engine left to the "
-               "compiler). The kernel keeps the source's 6 VectorE instructions per (tile, state, chunk) step; the L "
-               "8192 profile counts 39,695 VectorE events (semaphore waits included) for 8192 steps, 4.85 per step, "
-               "so neuronxcc removed or moved at least one (delta*u does not depend on the state; the copy could run "
-               "elsewhere). " + _COMMON_DIFFERS)
+_HOIST = ("delta*u is computed once per channel tile, not per state as the source writes it: the compiler hoisted "
+          "it (the v2 profile's VectorE time per step fits five instructions, not six; mamba_v2's docstring); ")
+_V2_DIFFERS = _HOIST + _COMMON_DIFFERS
+_V3_DIFFERS = (_HOIST + "the carry copy scan_init[...] = scan[:, 511] is a VectorE tensor_copy (engine left to the "
+               "compiler); the L 8192 profile counts 39,695 VectorE events (semaphore waits included) for 8192 "
+               "steps, 4.85 per step, the kernel issues 5 per step plus the carry copy. " + _COMMON_DIFFERS)
 
 
 def _spill_differs(seq_len):
