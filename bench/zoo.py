@@ -72,12 +72,14 @@ def supervise(arch: str, timeout: float, max_gb: float, script: str = __file__) 
             break
         time.sleep(0.2)
     out, err = proc.communicate()
-    for line in out.splitlines():
-        if line.startswith(MARK):
-            result = json.loads(line[len(MARK):])
-            result["peak_gb"] = round(peak / 2**30, 2)
-            return result
     tail = (err.strip().splitlines() or ["no output"])[-1][:200]
+    marked = [line[len(MARK):] for line in out.splitlines() if line.startswith(MARK)]
+    if marked:  # the last: a child may print a result before optional work that can still fail (zoo_compile's timing)
+        result = json.loads(marked[-1])
+        result["peak_gb"] = round(peak / 2**30, 2)
+        if killed or proc.returncode:  # after its last result: that result stands, the end is noted
+            result["ended"] = killed or f"process died (exit {proc.returncode}): {tail}"
+        return result
     return {"arch": arch, "forward": "fail", "backward": "fail", "generate": "fail", "fallback": [],
             "reason": killed or f"process died (exit {proc.returncode}): {tail}", "params": 0,
             "seconds": round(time.time() - start, 1), "peak_gb": round(peak / 2**30, 2)}
