@@ -589,4 +589,4 @@ def test_16mib_ops_reach_80_percent_of_dma_roofline(kernel, args):
     ns = driver.estimate(0, driver.load(0, program)).device_ns
     out = program.args[program.meta["outputs"][0]]
     moved = sum(a.nbytes for a in program.args if a.role == "in") + out.nbytes
-    assert roofline.fraction(roofline.dma_ns(profile, moved), ns) >= 0.8
+    assert roofline.fraction(profile, roofline.dma_ns(profile, moved), ns) >= 0.8

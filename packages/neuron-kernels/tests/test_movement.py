@@ -373,7 +373,7 @@ def test_transpose_reaches_the_dma_roofline(shape, dtype, least):
     prog = mv.transpose.trace(TensorSpec(shape, dtype), profile=profile, tile_bytes=16384)
     ns = driver.estimate(0, driver.load(0, prog)).device_ns
     nbytes = 2 * np.prod(shape) * dtype.itemsize  # read + written
-    assert roofline.fraction(roofline.dma_ns(profile, nbytes), ns) >= least
+    assert roofline.fraction(profile, roofline.dma_ns(profile, nbytes), ns) >= least
 
 
 def test_strided_views_load_long_runs():

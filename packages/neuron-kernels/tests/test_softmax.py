@@ -127,7 +127,7 @@ def test_bench_shape_reaches_the_dma_roofline(dtype):
     rows = 16 * 2**20 // (4096 * dtype.itemsize)
     prog = SM.softmax.trace(TensorSpec((rows, 4096), dtype), -1, profile=drv.profile)
     ns = drv.estimate(0, drv.load(0, prog)).device_ns
-    assert roofline.fraction(roofline.dma_ns(drv.profile, 2 * rows * 4096 * dtype.itemsize), ns) >= 0.8
+    assert roofline.fraction(drv.profile, roofline.dma_ns(drv.profile, 2 * rows * 4096 * dtype.itemsize), ns) >= 0.8
 
 
 @pytest.mark.parametrize("shape,dim,layout", [

@@ -16,5 +16,13 @@ def dma_ns(profile: Profile, nbytes: float) -> float:
     return nbytes / profile.dma_bytes_per_ns
 
 
-def fraction(ideal_ns: float, device_ns: float) -> float:
-    return ideal_ns / device_ns if device_ns > 0 else 0.0
+def kernel_ns(profile: Profile, device_ns: float) -> float:
+    """A program's own span: its device time less the runtime's per-launch start-up and tear-down, which every
+    program pays whatever its kernel does (the launch is the runtime's cost, not the kernel's)."""
+    return max(0.0, device_ns - profile.launch_ns)
+
+
+def fraction(profile: Profile, ideal_ns: float, device_ns: float) -> float:
+    """How close a kernel comes to its roofline: ``ideal_ns`` over its own span (``kernel_ns``)."""
+    span = kernel_ns(profile, device_ns)
+    return ideal_ns / span if span > 0 else 0.0
