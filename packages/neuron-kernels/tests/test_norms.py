@@ -1,10 +1,12 @@
 """Normalization kernels (layer_norm, rms_norm, group_norm, forward and backward) against numpy references."""
 
+import math
 import os
 
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -357,6 +359,57 @@ def test_group_norm_backward(shape, dtype, has_w, seed):
     if has_w:
         close(res.pop(0), dw, dtype, scale=sums * 4)
     close(res.pop(0), db, dtype, scale=sums)
+
+
+BAD = st.sampled_from([math.inf, -math.inf, math.nan, 1e20])
+
+
+def torch_ref(fn, dtype, *arrays):
+    """fn on CPU torch tensors of ``arrays`` (None stays None) in the kernel's dtype (float32 for bfloat16,
+    which numpy and torch do not share); returns (out, input leaves) with gradients enabled."""
+    tdt = torch.float32 if np.dtype(dtype) == np.dtype(BF16) else torch.from_numpy(np.zeros(0, dtype)).dtype
+    leaves = [None if a is None else torch.tensor(f64(a), dtype=tdt, requires_grad=True) for a in arrays]
+    return fn(*leaves), leaves
+
+
+def same_specials(out, ref):
+    """out has NaN, +inf and -inf exactly where ref has them."""
+    out, ref = f64(out), f64(ref)
+    for special in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(special(out), special(ref))
+
+
+@SETTINGS
+@given(GN_SHAPES, DTYPES, BAD, st.integers(0, 2**16))
+def test_group_norm_inf_stays_in_its_group(shape, dtype, bad, seed):
+    """A non-finite (or overflowing) value makes only its own group NaN/0, as on the CPU: group sums never go
+    through a 0/1 matmul (0 * inf = NaN in every group), forward and backward."""
+    n, c, hw, groups = shape
+    rng = np.random.default_rng(seed)
+    clean, dy = data(rng, (n, c, hw), dtype, loc=2.0, scale=3.0), data(rng, (n, c, hw), dtype)
+    w, b = data(rng, (c,), dtype), data(rng, (c,), dtype)
+    x = clean.copy()
+    with np.errstate(over="ignore"):  # 1e20 is inf in float16
+        x[tuple(rng.integers(0, s) for s in x.shape)] = bad
+    out, mean, rstd = group_norm(x, w, b, num_groups=groups, eps=1e-5)
+    dx, dw, db = group_norm_backward(dy, x, mean, rstd, w, num_groups=groups)
+    y, leaves = torch_ref(lambda x, w, b: torch.native_group_norm(x, w, b, n, c, hw, groups, 1e-5), dtype, x, w, b)
+    y[0].backward(torch.tensor(f64(dy), dtype=y[0].dtype))
+    # tolerances as test_group_norm_forward / _backward's, from the terms of the finite input
+    _, m, r = gn_ref(clean, w, b, groups, 1e-5)
+    scale = gn_bwd_ref(dy, clean, w, groups, 1e-5)[-1]
+    sums = np.abs(f64(dy)).sum(axis=(0, 2)).max()
+    scales = (np.abs(f64(clean)).max() * r.max() * np.abs(f64(w)).max(), np.abs(m).max() + 1, r.max(), scale * 4,
+              sums * 4, sums)
+    refs = (*y, *(t.grad for t in leaves))
+    for i, (got, ref, sc) in enumerate(zip((out, mean, rstd, dx, dw, db), refs, scales, strict=True)):
+        ref = ref.detach().numpy()
+        fin = np.isfinite(ref)
+        if i in (1, 2):  # the CPU's Welford mean of a group holding an inf is inf or NaN by where the inf sits
+            np.testing.assert_array_equal(np.isfinite(f64(got)), fin)
+        else:
+            same_specials(got, ref)
+        close(np.asarray(got)[fin], ref[fin], dtype, scale=sc)
 
 
 def test_group_norm_long_spatial_and_wide_groups():

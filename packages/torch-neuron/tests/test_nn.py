@@ -207,6 +207,18 @@ def test_group_norm(dtype, shape, groups, affine):
     grads_match(lambda x, w, b: F.group_norm(x, groups, w, b), [x, w, b], dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
+@pytest.mark.parametrize("shape, groups, at", [((2, 4, 3), 2, (1, 0, 0)), ((3, 6, 5), 3, (0, 5, 4))])
+def test_group_norm_inf_stays_in_its_group(dtype, bad, shape, groups, at):
+    """One non-finite (or overflowing) input makes only its own group non-finite, forward and backward, as on
+    the CPU (the group sums once went through a 0/1 matmul: 0 * inf = NaN in every sample and group)."""
+    x = data(shape, dtype, scale=2) - 1
+    x[at] = bad
+    c = shape[1]
+    grads_match(lambda x, w, b: F.group_norm(x, groups, w, b), [x, data((c,), dtype, 2), data((c,), dtype, 3)], dtype)
+
+
 @pytest.mark.parametrize("dtype, pdtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
                                            (torch.bfloat16, torch.float32), (torch.float16, torch.float16)])
 @pytest.mark.parametrize("training", [True, False])

@@ -5,8 +5,9 @@ norm), contiguous row-major. Rows go to partitions: a row tile holds ``np`` part
 consecutive rows each (partition ``p`` gets rows ``r0 + p * nj ..``), so every DMA moves contiguous
 runs of ``nj * D`` elements per partition. Rows too long to keep whole in SBUF go in column chunks
 (chunk statistics combined with Chan's formula, the data reloaded for the second pass). Group norm
-puts (n, c) rows on partitions, a tile holding whole groups; group sums and their broadcast back to
-rows are TensorE matmuls with 0/1 matrices (groups wider than 128 channels take a second pass).
+puts (n, c) rows on partitions, a tile holding whole groups; group sums reduce each group's own rows
+after a TensorE transpose, never a 0/1-matrix matmul, so a non-finite value stays in its group
+(groups wider than 128 channels take a second pass).
 
 Numerics. Inputs may be float32, bfloat16 or float16; statistics (mean, rstd, row sums) are float32,
 every intermediate is float32 and each output is rounded once. Variances come from centered values
@@ -1127,46 +1128,36 @@ def _channel_rows(vec: View, dst: View, r0: int, c: int) -> None:
         p += ln
 
 
-class _GroupMats:
-    """0/1 matrices mapping the rows of a group-aligned tile to its groups: ``E`` [T, ng] and ``ET``
-    [ng, T] with E[p, k] = (p // cg == k). ``matmul(E)`` sums rows into groups, ``matmul(ET)`` copies
-    group values back to their rows (both on TensorE, contraction over partitions)."""
+class _GroupOps:
+    """Group sums and their broadcast back to rows for a tile of whole groups (rows p of group p // cg).
 
-    def __init__(self, t: int, cg: int):
-        ng = t // cg
-        self.ng = ng
-        # key(p) = p - p mod cg, the first row of p's group
-        kp = nl.ndarray((t, 1), nl.float32, name="gm_kp")
-        nisa.iota(kp, (0,), channel_multiplier=1)
-        rem = nl.ndarray((t, 1), nl.float32, name="gm_rem")
-        nisa.tensor_scalar(rem, kp, nl.mod, float(cg), engine=VEC)
-        nisa.tensor_tensor(kp, kp, rem, nl.subtract, engine=VEC)
-        kk = nl.ndarray((t, ng), nl.float32, name="gm_kk")
-        nisa.iota(kk, (cg,))
-        self.E = nl.ndarray((t, ng), nl.float32, name="gm_E")
-        nisa.tensor_scalar(self.E, kk, nl.equal, kp, engine=VEC)
-        cols = nl.ndarray((ng, t), nl.float32, name="gm_cols")
-        nisa.iota(cols, (1,))
-        crem = nl.ndarray((ng, t), nl.float32, name="gm_crem")
-        nisa.tensor_scalar(crem, cols, nl.mod, float(cg), engine=VEC)
-        nisa.tensor_tensor(cols, cols, crem, nl.subtract, engine=VEC)
-        kg = nl.ndarray((ng, 1), nl.float32, name="gm_kg")
-        nisa.iota(kg, (0,), channel_multiplier=cg)
-        self.ET = nl.ndarray((ng, t), nl.float32, name="gm_ET")
-        nisa.tensor_scalar(self.ET, cols, nl.equal, kg, engine=VEC)
+    No 0/1-matrix matmul: it would multiply every row's value by the 0 of every other group, so one
+    inf or NaN (or a square that overflows) would turn 0 * inf into NaN in every group of the tile.
+    Instead each value column is transposed to one partition (TensorE transposes are data movement),
+    where a VectorE reduce sums each group's own cg entries; group values go back the same way,
+    each read cg times (stride 0) by the transpose. Group values live as ``[1, k, ng]`` rows."""
 
-    def to_groups(self, vals: View, ng: int, name: str) -> View:
-        """[np, k] row values -> [ng, k] group sums (PSUM)."""
+    def __init__(self, cg: int):
+        self.cg = cg
+
+    def to_groups(self, vals: View, name: str) -> View:
+        """[np, k] row values (SBUF) -> [1, k, ng] group sums (SBUF, float32)."""
         np_, k = vals.shape
-        ps = nl.ndarray((ng, k), nl.float32, buffer=nl.psum, name=name)
-        nisa.nc_matmul(ps, self.E[:np_, :ng], vals)
-        return ps
+        ng = np_ // self.cg
+        tp = nl.ndarray((1, k, np_), nl.float32, buffer=nl.psum, name=name + "_tp")
+        for j in range(k):
+            nisa.nc_transpose(tp[:, j, :], vals[:, j:j + 1])
+        out = nl.ndarray((1, k, ng), nl.float32, name=name)
+        nisa.tensor_reduce(out, tp.reshape(1, k, ng, self.cg), nl.add, 3, engine=VEC)
+        return out
 
     def to_rows(self, gvals: View, np_: int, name: str) -> View:
-        """[ng, k] group values -> [np, k] row values (SBUF)."""
-        ng, k = gvals.shape
+        """[1, k, ng] group values -> [np, k] row values (SBUF)."""
+        k = gvals.shape[1]
+        rep = _bcast_last(gvals, self.cg)  # [1, k, ng, cg]: each group value read cg times
         ps = nl.ndarray((np_, k), nl.float32, buffer=nl.psum, name=name + "_ps")
-        nisa.nc_matmul(ps, self.ET[:ng, :np_], gvals)
+        for j in range(k):
+            nisa.nc_transpose(ps[:, j:j + 1], rep[:, j])
         out = nl.ndarray((np_, k), nl.float32, name=name)
         nisa.tensor_copy(out, ps, engine=VEC)
         return out
@@ -1248,7 +1239,7 @@ def group_norm(x, weight=None, bias=None, num_groups=1, eps=1e-5):
     T = _gn_tile_rows(cg)
     k = _RowKernel(rows, hw, (x.dtype, x.dtype), 0, 1, depth=DEPTH["gn"][x.dtype.itemsize], parts=T)
     chunks, nch = k.chunks, len(k.chunks)
-    gm = _GroupMats(T, cg)
+    gm = _GroupOps(cg)
     counts = nl.ndarray((T, nch), nl.float32, name="counts")
     for ci, (_, ln) in enumerate(chunks):
         nisa.memset(counts[:, ci:ci + 1], float(ln), engine=VEC)
@@ -1268,13 +1259,12 @@ def group_norm(x, weight=None, bias=None, num_groups=1, eps=1e-5):
         t, _j = slot
         if ci != last:
             return
-        ng = t.np // cg
         s_r = ctx["s"][:, 0, :]
         if nch > 1:
             s_r = nl.ndarray((t.np, 1), nl.float32, name="s_r")
             nisa.tensor_reduce(s_r, ctx["s"][:, 0, :], nl.add, 1, engine=VEC)
-        ctx["m_g"] = nl.ndarray((ng, 1), nl.float32, name="m_g")
-        nisa.activation(ctx["m_g"], nl.identity, gm.to_groups(s_r, ng, "ps_s"), scale=1.0 / size)
+        ctx["m_g"] = nl.ndarray((1, 1, t.np // cg), nl.float32, name="m_g")
+        nisa.activation(ctx["m_g"], nl.identity, gm.to_groups(s_r, "s_g"), scale=1.0 / size)
 
     def group_var(slot, ctx, ci, _):
         t, _j = slot
@@ -1291,11 +1281,11 @@ def group_norm(x, weight=None, bias=None, num_groups=1, eps=1e-5):
         nisa.tensor_tensor(diff, diff, ctx["m2"], nl.add, engine=VEC)
         q_r = nl.ndarray((t.np, 1), nl.float32, name="q_r")
         nisa.tensor_reduce(q_r, diff[:, 0, :], nl.add, 1, engine=VEC)
-        ctx["rs_g"] = nl.ndarray((ng, 1), nl.float32, name="rs_g")
-        nisa.activation(ctx["rs_g"], nl.rsqrt, gm.to_groups(q_r, ng, "ps_q"), bias=eps_col[:ng], scale=1.0 / size)
+        ctx["rs_g"] = nl.ndarray((1, 1, ng), nl.float32, name="rs_g")
+        nisa.activation(ctx["rs_g"], nl.rsqrt, gm.to_groups(q_r, "q_g"), bias=eps_col[:1], scale=1.0 / size)
         g0 = t.r0 // cg
-        k.q.store(mean1[g0:g0 + ng].reshape(ng, 1), ctx["m_g"])
-        k.q.store(rstd1[g0:g0 + ng].reshape(ng, 1), ctx["rs_g"])
+        k.q.store(mean1[g0:g0 + ng].reshape(1, 1, ng), ctx["m_g"])
+        k.q.store(rstd1[g0:g0 + ng].reshape(1, 1, ng), ctx["rs_g"])
 
     def group_affine(slot, ctx, ci, _):
         t, _j = slot
@@ -1401,25 +1391,22 @@ def _gn_param_rows(t: _Tile, tot: View, m_row: View, rs_row: View, dg_planes: Vi
     nisa.dma_copy(dg_planes[1, span].reshape(t.np, 1), tot[:, 1:2])
 
 
-def _gn_coeffs(gs: View, m_g: View, rs_g: View, ng: int, size: int) -> View:
-    """[ng, 2] (c2, c3) from the group sums gs = (sum ds * w, sum db * w):
+def _gn_coeffs(ds_g: View, db_g: View, m_g: View, rs_g: View, c2: View, c3: View, size: int) -> None:
+    """c2, c3 (views shaped like m_g) from the group sums ds_g = sum ds * w, db_g = sum db * w:
     c2 = (db_g * mean - ds_g) * rstd^3 / size, c3 = -c2 * mean - db_g * rstd / size (torch's formulas)."""
-    ds_g, db_g = gs[:, 0:1], gs[:, 1:2]
-    cc = nl.ndarray((ng, 2), nl.float32, name="cc")
-    t1 = nl.ndarray((ng, 1), nl.float32, name="cc_t1")
-    r3 = nl.ndarray((ng, 1), nl.float32, name="cc_r3")
+    t1 = nl.ndarray(m_g.shape, nl.float32, name="cc_t1")
+    r3 = nl.ndarray(m_g.shape, nl.float32, name="cc_r3")
     nisa.tensor_tensor(t1, db_g, m_g, nl.multiply, engine=VEC)
     nisa.tensor_tensor(t1, t1, ds_g, nl.subtract, engine=VEC)
     nisa.tensor_tensor(r3, rs_g, rs_g, nl.multiply, engine=VEC)
     nisa.tensor_tensor(r3, r3, rs_g, nl.multiply, engine=VEC)
     nisa.tensor_tensor(t1, t1, r3, nl.multiply, engine=VEC)
-    nisa.tensor_scalar(cc[:, 0:1], t1, nl.multiply, 1.0 / size, engine=VEC)
-    nisa.tensor_tensor(t1, cc[:, 0:1], m_g, nl.multiply, engine=VEC)
+    nisa.tensor_scalar(c2, t1, nl.multiply, 1.0 / size, engine=VEC)
+    nisa.tensor_tensor(t1, c2, m_g, nl.multiply, engine=VEC)
     nisa.tensor_tensor(r3, db_g, rs_g, nl.multiply, engine=VEC)
     nisa.tensor_scalar(r3, r3, nl.multiply, 1.0 / size, engine=VEC)
     nisa.tensor_tensor(t1, t1, r3, nl.add, engine=VEC)
-    nisa.tensor_scalar(cc[:, 1:2], t1, nl.multiply, -1.0, engine=VEC)
-    return cc
+    nisa.tensor_scalar(c3, t1, nl.multiply, -1.0, engine=VEC)
 
 
 def _gn_dx(k: _RowKernel, t: _Tile, ci: int, dy2: View, x2: View, dx2: View, c1: View, c2: View, c3: View):
@@ -1516,7 +1503,7 @@ def _gn_backward_narrow(dy2, x2, dx2, mean1, rstd1, weight, dg_planes, rows, c, 
     k = _RowKernel(rows, hw, io, 3, 1, depth=DEPTH["gnb"][max(x2.dtype.itemsize, dy2.dtype.itemsize)], parts=T)
     nch = len(k.chunks)
     last = nch - 1
-    gm = _GroupMats(T, cg)
+    gm = _GroupOps(cg)
 
     def sums(slot, ctx, ci, _):
         t, _j = slot
@@ -1535,7 +1522,6 @@ def _gn_backward_narrow(dy2, x2, dx2, mean1, rstd1, weight, dg_planes, rows, c, 
         t, _j = slot
         if ci != last:
             return
-        ng = t.np // cg
         tot = _gn_row_totals(t, ctx, nch)
         _gn_param_rows(t, tot, ctx["m_row"], ctx["rs_row"], dg_planes)
         if dx2 is None:
@@ -1544,20 +1530,20 @@ def _gn_backward_narrow(dy2, x2, dx2, mean1, rstd1, weight, dg_planes, rows, c, 
         if wcol is not None:
             wv = nl.ndarray((t.np, 2), nl.float32, name="wv")
             nisa.tensor_scalar(wv, tot, nl.multiply, wcol, engine=VEC)
-        ctx["gps"] = gm.to_groups(wv, ng, "ps_g")
+        ctx["gs"] = gm.to_groups(wv, "gsum")
 
     def coeffs(slot, ctx, ci, _):
         t, _j = slot
         if ci != last or dx2 is None:
             return
         ng, g0 = t.np // cg, t.r0 // cg
-        m_g = nl.ndarray((ng, 1), nl.float32, name="m_g")
-        rs_g = nl.ndarray((ng, 1), nl.float32, name="rs_g")
-        nisa.dma_copy(m_g, mean1[g0:g0 + ng].reshape(ng, 1))
-        nisa.dma_copy(rs_g, rstd1[g0:g0 + ng].reshape(ng, 1))
-        gs = nl.ndarray((ng, 2), nl.float32, name="gsum")
-        nisa.tensor_copy(gs, ctx["gps"], engine=VEC)
-        ctx["cc"] = _gn_coeffs(gs, m_g, rs_g, ng, size)
+        m_g = nl.ndarray((1, ng), nl.float32, name="m_g")
+        rs_g = nl.ndarray((1, ng), nl.float32, name="rs_g")
+        nisa.dma_copy(m_g, mean1[g0:g0 + ng].reshape(1, ng))
+        nisa.dma_copy(rs_g, rstd1[g0:g0 + ng].reshape(1, ng))
+        gs, cc = ctx.pop("gs"), nl.ndarray((1, 2, ng), nl.float32, name="cc")
+        _gn_coeffs(gs[:, 0, :], gs[:, 1, :], m_g, rs_g, cc[:, 0, :], cc[:, 1, :], size)
+        ctx["cc"] = cc
 
     def row_coeffs(slot, ctx, ci, _):
         t, _j = slot
@@ -1638,7 +1624,8 @@ def _gn_backward_wide(dy2, x2, dx2, mean1, rstd1, weight, dg_planes, n, c, hw, c
         rs_g = nl.ndarray((ng, 1), nl.float32, name="rs_g")
         nisa.dma_copy(m_g, mean1[g0:g0 + ng].reshape(ng, 1))
         nisa.dma_copy(rs_g, rstd1[g0:g0 + ng].reshape(ng, 1))
-        cc = _gn_coeffs(gs, m_g, rs_g, ng, size)
+        cc = nl.ndarray((ng, 2), nl.float32, name="cc")
+        _gn_coeffs(gs[:, 0:1], gs[:, 1:2], m_g, rs_g, cc[:, 0:1], cc[:, 1:2], size)
         nisa.dma_copy(cc_planes[0, g0:g0 + ng].reshape(ng, 1), cc[:, 0:1])
         nisa.dma_copy(cc_planes[1, g0:g0 + ng].reshape(ng, 1), cc[:, 1:2])
     k2 = _RowKernel(rows, hw, (x2.dtype, dy2.dtype, dx2.dtype), 2, 1, depth=depth, share=0.6)
