@@ -6,6 +6,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -195,6 +196,30 @@ def test_cumsum_any_dim(sd, dtype, tile_kib):
     got = R.cumsum(x, dim, tile_kib=tile_kib)
     assert got.dtype == dtype
     _close(got, np.cumsum(x64, axis=dim), dtype, np.cumsum(np.abs(x64), axis=dim), "cumsum")
+
+
+TORCH = {np.dtype(np.float32): torch.float32, BF16: torch.bfloat16, np.dtype(np.float16): torch.float16}
+
+
+@SET
+@given(shapes_dims(max_elems=30_000, single=True), st.sampled_from(FLOATS),
+       st.sampled_from([math.inf, -math.inf, math.nan, 1e20]), st.integers(0, 2**16))
+def test_cumsum_inf_stays_after_its_position(sd, dtype, bad, seed):
+    """A non-finite (or huge) element reaches only the outputs from its position on, as the CPU's running
+    sum (a triangular 0/1 matmul once made 0 * inf = NaN of every output before it)."""
+    shape, dim = sd
+    rng = np.random.default_rng(seed)
+    x = _data(rng, shape, dtype)
+    with np.errstate(over="ignore"):  # 1e20 is inf in float16
+        x[tuple(rng.integers(0, s) for s in shape)] = bad
+    got = R.cumsum(x, dim).astype(np.float64)
+    ref = torch.tensor(x.astype(np.float32)).to(TORCH[dtype]).cumsum(dim).double().numpy()
+    for special in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(special(got), special(ref))
+    fin = np.isfinite(ref)
+    x64 = x.astype(np.float64)
+    magnitude = np.cumsum(np.where(np.isfinite(x64), np.abs(x64), 0), axis=dim)
+    _close(got[fin], ref[fin], dtype, magnitude[fin], "cumsum")
 
 
 def test_edge_shapes():

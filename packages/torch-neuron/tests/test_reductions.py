@@ -107,6 +107,24 @@ def test_prod_and_cumsum(dtype):
     check(got[2:], (x.cumsum(1), x.cumsum(0), x.cumsum(-1, dtype=torch.float32)), dtype)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
+@pytest.mark.parametrize("shape, dim, at", [((3, 128), 1, (2, 127)), ((3, 700), 1, (1, 300)), ((200, 70), 0, (150, 3))])
+def test_cumsum_inf_stays_after_its_position(dtype, bad, shape, dim, at):
+    """A non-finite (or huge) element reaches only the outputs from its position on, forward and backward (the
+    reversed cumsum of the gradient), as on the CPU: a triangular 0/1 matmul once made 0 * inf = NaN of the rest."""
+    x, g = torch.ones(shape, dtype=dtype), data(shape, dtype)
+    x[at], g[at] = bad, bad
+    xc, xd = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    with native("cumsum"):
+        got = xd.cumsum(dim)
+        got.backward(g.to(DEV))
+    want = xc.cumsum(dim)
+    want.backward(g)
+    check(got, want.detach(), dtype)
+    check(xd.grad, xc.grad, dtype)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool, torch.float32]),
        st.sampled_from([torch.int32, torch.int16, torch.int8, torch.uint8]),

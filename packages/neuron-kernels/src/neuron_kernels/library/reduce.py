@@ -43,11 +43,12 @@ Numerics and dtypes (torch rules)
 - logsumexp shifts by the max, with infinite maxima replaced by 0 (torch's rule): all -inf -> -inf.
 - Empty reductions: sum 0, prod 1, mean/var nan, logsumexp -inf; max/argmax over an empty dim raise.
 
-cumsum: along the last dim (rows on partitions) blocks of 128 columns are transposed on TensorE and
-multiplied by an upper-triangular ones matrix (fp32 PSUM), the row carry added by ScalarE while it
-evacuates PSUM; along an outer dim the scanned dim is already on partitions and is multiplied by the
-triangular matrix directly, the carry being a fp32 row added by a K=1 matmul. Integer cumsum runs a
-log-step (Hillis-Steele) scan along the free dim on GpSimd, exact in int32.
+cumsum: along the last dim (rows on partitions) each block of 128 columns is one VectorE scan
+(``tensor_tensor_scan``, FP32 state) from its FP32 carry, the carries being the prefix of the blocks'
+totals; along an outer dim each [128, 128] block is transposed on TensorE, scanned from the columns'
+running totals and transposed back. No triangular 0/1 matmul: it would multiply every later element by
+0, so one inf or NaN would turn the outputs before it into NaN. Short scans (and integers, exact in
+int32 on GpSimd) run a log-step (Hillis-Steele) scan along the free dim.
 """
 
 from __future__ import annotations
@@ -1204,16 +1205,6 @@ def logsumexp(x, dim, keepdim=False, tile_kib=16, layout="auto"):
 # ================================================================================================
 # cumsum
 # ================================================================================================
-def upper_ones(ctx: Ctx, n: int, dtype):
-    """U[i, j] = 1 if i <= j (n x n), for prefix sums along the partition (contraction) dim."""
-    def make():
-        t = nl.ndarray((n, n), dtype, name="utri")
-        nisa.memset(t, 1.0, engine=G)
-        nisa.affine_select(t, t, (1,), Alu.greater_equal, 0.0, offset=0, channel_multiplier=-1)  # keep j - i >= 0
-        return t
-    return ctx.const(("utri", n, dtype), make)
-
-
 def scan_logstep(ctx: Ctx, t, n: int, int_mode: bool):
     """In-place inclusive prefix sum of t [p, k, n, kc] along n: ceil(log2 n) shifted adds
     (Hillis-Steele; each instruction reads its whole input before writing)."""
@@ -1251,14 +1242,19 @@ def cumsum_logstep(ctx: Ctx, x, out, K0: int, R: int, K1: int, wdt: DType, E: in
                 ctx.store(hbm3(out, K0, R, K1, row0, p, kk, r0, nn, c0, w), t)
 
 
-def cumsum_rows_tensore(ctx: Ctx, x, out, K0: int, R: int, E: int):
+def scan_add(dst, src, initial, unused=None) -> None:
+    """dst = initial + inclusive prefix sum of src along its free dim (VectorE scan, FP32 state, dst rounded
+    once). Each element only meets the elements before it, so an inf or NaN never reaches earlier outputs
+    (a triangular 0/1 matmul would make 0 * inf = NaN of them). op1 is bypass: its operand ``unused``
+    (default src; an SBUF tile where src is in PSUM) only fills the slot."""
+    nisa.tensor_tensor_scan(dst, src, src if unused is None else unused, initial, Alu.add, Alu.bypass)
+
+
+def cumsum_rows_scan(ctx: Ctx, x, out, K0: int, R: int, E: int):
     """Float cumsum along the last dim. Per row tile [p, columns]: the totals of its 128-column blocks
-    (one reduce) and their prefix (log-step on [p, blocks]) give each block's carry; each block is
-    transposed (TensorE), copied to SBUF, multiplied by the upper-triangular ones matrix (prefix over
-    its columns in fp32 PSUM) and evacuated by ScalarE with the carry as per-row bias. No block
-    waits for another."""
+    (one reduce) and their prefix (log-step on [p, blocks]) give each block's FP32 carry; each block is
+    one scan from its carry, so no block waits for another."""
     P = ctx.P
-    mdt = F32 if x.dtype is F32 else x.dtype  # matmul operand dtype: an exact copy of the input
     cols = _max(P, _min(R, (E // P) * P))  # columns per load
     for row0, p, _ in row_tiles(K0, P, 1):
         carry_in = None
@@ -1267,71 +1263,61 @@ def cumsum_rows_tensore(ctx: Ctx, x, out, K0: int, R: int, E: int):
             nb = cdiv(w, P)
             t = nl.ndarray((p, w), x.dtype, name="crx")
             ctx.load(t, view(x, x.offset + row0 * R + c0, ((p, R), (w, 1))))
-            tot = tile((p, nb), F32, "ctot")  # tot[:, b] = carry into block b
+            more = c0 + w < R  # then w is whole blocks (cols is a multiple of P) and the last total carries on
+            nred = nb if more else nb - 1
+            tot = tile((p, nb + 1), F32, "ctot")  # tot[:, b] = carry into block b (b = nb: into the next load)
             if carry_in is None:
                 nisa.memset(tot[:, 0:1], 0.0, engine=V)
             else:
                 nisa.tensor_copy(tot[:, 0:1], carry_in, engine=V)
-            if nb > 1:
-                reduce_free(ctx, view(tot, tot.offset + 1, (tot.dims[0], (nb - 1, 1), (1, 1))),
-                            view(t, t.offset, (t.dims[0], (nb - 1, P), (P, 1), (1, 1))), Alu.add)
-                scan_logstep(ctx, tot.reshape(p, 1, nb, 1), nb, False)
+            if nred:
+                reduce_free(ctx, view(tot, tot.offset + 1, (tot.dims[0], (nred, 1), (1, 1))),
+                            view(t, t.offset, (t.dims[0], (nred, P), (P, 1), (1, 1))), Alu.add)
+                scan_logstep(ctx, tot[:, 0:nred + 1].reshape(p, 1, nred + 1, 1), nred + 1, False)
+            carry_in = tot[:, nb:nb + 1] if more else None
             res = nl.ndarray((p, w), x.dtype, name="cres")
             for b in range(nb):
                 cw = _min(P, w - b * P)
-                tp = nl.ndarray((cw, p), F32, buffer=nl.psum, name="ctp")
-                nisa.nc_transpose(tp, t[:, b * P:b * P + cw])
-                xt = nl.ndarray((cw, p), mdt, name="cxt")
-                e = ctx.pick({V: ctx.cycles("ts", V, p), S: ctx.cycles("act", S, p)})
-                if e is S:
-                    nisa.activation(xt, Act.identity, tp)
-                else:
-                    nisa.tensor_copy(xt, tp, engine=V)
-                ps = nl.ndarray((p, cw), F32, buffer=nl.psum, name="cps")
-                nisa.nc_matmul(ps, xt, upper_ones(ctx, cw, mdt), accumulate=False)
-                ctx.charge(S, ctx.cycles("act", S, cw))
-                nisa.activation(res[:, b * P:b * P + cw], Act.identity, ps, bias=tot[:, b:b + 1])
-                if b == nb - 1 and c0 + w < R:
-                    carry_in = tile((p, 1), F32, "cin")
-                    nisa.tensor_tensor(carry_in, tot[:, b:b + 1], ps[:, cw - 1:cw], Alu.add, engine=V)
+                ctx.charge(V, 2 * cw)
+                scan_add(res[:, b * P:b * P + cw], t[:, b * P:b * P + cw], tot[:, b:b + 1])
             ctx.store(view(out, out.offset + row0 * R + c0, ((p, R), (w, 1))), res)
 
 
-def cumsum_outer_tensore(ctx: Ctx, x, out, K0: int, R: int, K1: int):
-    """Float cumsum along an outer dim: the scanned rows are on partitions already, so each
-    [<=128 rows, <=512 columns] tile is U^T @ x (TensorE, fp32 PSUM) plus the running column totals
-    of the tiles before (a K=1 matmul of ones with the fp32 carry row), evacuated to the output."""
-    P = ctx.P
-    mdt = F32 if x.dtype is F32 else x.dtype
-    W = nl.tile_size.psum_fmax
+def cumsum_outer_scan(ctx: Ctx, x, out, K0: int, R: int, K1: int):
+    """Float cumsum along an outer dim. Per [<=128 scanned rows, <=512 columns] tile (one load, one store),
+    each 128-column block is transposed (TensorE), scanned along the free dim from its columns' FP32
+    running totals (VectorE) and transposed back into one PSUM tile; a scan's last column carries on."""
+    P, W = ctx.P, nl.tile_size.psum_fmax
     for k0 in range(K0):
         for c0 in range(0, K1, W):
             w = _min(W, K1 - c0)
-            carry = None
+            blocks = [(b0, _min(P, w - b0)) for b0 in range(0, w, P)]
+            carry = [0.0] * len(blocks)
             for r0 in range(0, R, P):
                 q = _min(P, R - r0)
-                t = nl.ndarray((q, w), mdt, name="cox")
+                t = nl.ndarray((q, w), x.dtype, name="cox")
                 ctx.load(t, view(x, x.offset + (k0 * R + r0) * K1 + c0, ((q, K1), (w, 1))))
-                ps = nl.ndarray((q, w), F32, buffer=nl.psum, name="cops")
-                nisa.nc_matmul(ps, upper_ones(ctx, q, mdt), t, accumulate=False)
-                if carry is not None:
-                    nisa.nc_matmul(ps, ctx.ones(1, q), carry, accumulate=True)
-                if r0 + q < R:
-                    cs = nl.ndarray((1, w), F32, buffer=nl.psum, name="cocs")
-                    nisa.nc_matmul(cs, ctx.ones(q, 1, mdt), t, accumulate=False)
-                    nxt = tile((1, w), F32, "cocar")
-                    if carry is None:
-                        nisa.tensor_copy(nxt, cs, engine=V)
-                    else:
-                        nisa.tensor_tensor(nxt, carry, cs, Alu.add, engine=V)
-                    carry = nxt
+                back = nl.ndarray((q, w), F32, buffer=nl.psum, name="coback")
+                for j, (b0, cw) in enumerate(blocks):
+                    tp = nl.ndarray((cw, q), F32, buffer=nl.psum, name="cotp")
+                    nisa.nc_transpose(tp, t[:, b0:b0 + cw])
+                    st = nl.ndarray((cw, q), F32, name="cost")
+                    ctx.charge(V, 2 * q)
+                    scan_add(st, tp, carry[j], unused=st)
+                    carry[j] = st[:, q - 1:q]
+                    nisa.nc_transpose(back[:, b0:b0 + cw], st)
                 res = nl.ndarray((q, w), out.dtype if out.dtype.is_float else F32, name="cores")
-                e = ctx.pick({V: ctx.cycles("ts", V, w), S: ctx.cycles("act", S, w)})
-                if e is S:
-                    nisa.activation(res, Act.identity, ps)
-                else:
-                    nisa.tensor_copy(res, ps, engine=V)
+                _evacuate(ctx, res, back)
                 ctx.store(view(out, out.offset + (k0 * R + r0) * K1 + c0, ((q, K1), (w, 1))), res)
+
+
+def _evacuate(ctx: Ctx, dst, ps) -> None:
+    """dst = ps (PSUM) on VectorE or ScalarE, whichever the scheduler finds free first."""
+    e = ctx.pick({V: ctx.cycles("ts", V, ps.shape[1]), S: ctx.cycles("act", S, ps.shape[1])})
+    if e is S:
+        nisa.activation(dst, Act.identity, ps)
+    else:
+        nisa.tensor_copy(dst, ps, engine=V)
 
 
 @nk.kernel(name="cumsum", tunables=TUNE)
@@ -1358,7 +1344,7 @@ def cumsum(x, dim, tile_kib=16):
     if is_int(x.dtype) or R <= 64 or (K1 > 1 and K1 < 64):
         cumsum_logstep(ctx, flat_x, flat_o, K0, R, K1, I32 if is_int(x.dtype) else F32, E)
     elif K1 == 1:
-        cumsum_rows_tensore(ctx, flat_x, flat_o, K0, R, E)
+        cumsum_rows_scan(ctx, flat_x, flat_o, K0, R, E)
     else:
-        cumsum_outer_tensore(ctx, flat_x, flat_o, K0, R, K1)
+        cumsum_outer_scan(ctx, flat_x, flat_o, K0, R, K1)
     return out
