@@ -3,7 +3,7 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from attention_contract import BWD_TOL, LSE_TOL, TOL, assert_close
+from attention_contract import BAD, BWD_TOL, LSE_TOL, TOL, assert_close, check_future_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,6 +115,15 @@ def test_backward_matches_reference(p, block, resident):
             np.testing.assert_array_equal(g, 0)
             continue
         assert_close(g, r, tol, name, floors[name])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([2, 8, 64, 128, 129, 200, 300]), st.sampled_from([16, 64]),
+       st.sampled_from(DTYPES), st.sampled_from(BAD), st.integers(0, 2**16))
+def test_causal_inf_in_a_future_key_stays_masked(bh, s, d, dtype, bad, seed):
+    """A non-finite (or huge) key element reaches no query before it, as on the CPU: the causal mask selects -inf
+    (an added -inf made inf - inf = NaN of the earlier queries' rows)."""
+    check_future_key(flash_attention_fwd, flash_attention_bwd, bh, s, d, dtype, bad, seed)
 
 
 def test_online_softmax_rescales_when_later_keys_dominate():

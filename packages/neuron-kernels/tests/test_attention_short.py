@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from attention_contract import BWD_TOL, LSE_TOL, TOL, assert_close
+from attention_contract import BAD, BWD_TOL, LSE_TOL, TOL, assert_close, check_future_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -249,3 +249,13 @@ def test_rejected_inputs_name_the_limit():
         short_attention_fwd.trace(*(TensorSpec((1, 8, 160), f32),) * 3, profile=TRN2)
     with pytest.raises(KernelError, match="logsumexp must be"):
         short_attention_bwd.trace(short, short, short, short, short, TensorSpec((2, 64), nl.bfloat16), profile=TRN2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([2, 8, 33, 64, 127, 128]), st.sampled_from([16, 64]),
+       st.sampled_from([np.float32, ml_dtypes.bfloat16, np.float16]),
+       st.sampled_from(BAD), st.integers(0, 2**16))
+def test_causal_inf_in_a_future_key_stays_masked(bh, s, d, dtype, bad, seed):
+    """A non-finite (or huge) key element reaches no query before it, as on the CPU: the causal mask selects -inf
+    (an added -inf made inf - inf = NaN of the earlier queries' rows)."""
+    check_future_key(short_attention_fwd, short_attention_bwd, bh, s, d, dtype, bad, seed)

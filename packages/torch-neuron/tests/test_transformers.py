@@ -4,6 +4,8 @@ custom scales, 3-d and 4-d inputs, bf16/fp16) to the flash-attention kernels thr
 ``_scaled_dot_product_fused_attention_overrideable``; the rest (dropout, head dims > 128, grouped-query
 heads, masks that need a gradient) take aten's math decomposition."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -104,6 +106,25 @@ def test_rows_with_every_key_masked_match_cpu(kind):
     close(got, want, torch.float32)
     for d, c in zip(dgrads, cgrads):
         close(d, c, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
+@pytest.mark.parametrize("shape", [(1, 1, 4, 8), (1, 2, 200, 32)])  # the short-sequence and the flash kernels
+def test_causal_inf_in_a_future_key_stays_masked(dtype, bad, shape):
+    """A non-finite (or huge) element of key j reaches no query before j, as on the CPU, whose causal kernel
+    fills future scores with -inf: an added -inf once made inf - inf = NaN of the earlier queries' rows. The
+    output is non-finite exactly where the CPU's is; the earlier queries' gradients match where the CPU's
+    are finite (its dS K also meets the bad column with 0)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(shape).to(dtype) for _ in range(3))
+    j = shape[2] - 2
+    k[0, 0, j, 0] = bad
+    got, want, grads, wants = run_both(q, k, v, is_causal=True)
+    torch.testing.assert_close(got.cpu().float(), want.detach(), equal_nan=True, **TOL[dtype])
+    dq, want_dq = grads[0].cpu().float()[..., :j, :], wants[0][..., :j, :]
+    fin = torch.isfinite(want_dq)
+    torch.testing.assert_close(dq[fin], want_dq[fin], **TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -19,12 +19,13 @@ partitions) comes from SBUF->SBUF DMA transposes for a ``dma_share`` of the 256-
 ScalarE) for the rest; both leave key pairs interleaved, [V | 1] keeps its rows in the same pair layout. P^T
 multiplies [V | 1]: the ones column makes the same matmuls produce the row sums, so the fp32 accumulator
 [P V | l] stays in PSUM for the whole key loop and each chunk only rescales it by exp(scale (m_old - m_new))
-(ScalarE). Causal: chunks past the diagonal are never computed; the diagonal block gets a -inf upper triangle
-(built once by affine_select) added in PSUM. K^T and [V | 1] of a batch-head stay resident in SBUF. Without
-causal / mask the key order is free (softmax only needs K and V to share it): each partition loads contiguous
-rows of K and V and TensorE transposes K in an order that keeps those rows in the pair layout; otherwise K^T
-comes from DMA transposes (TensorE on profiles without them). Q^T comes from DMA transposes (TensorE without).
-Statistics, accumulation and the logsumexp are fp32.
+(ScalarE). Causal: chunks past the diagonal are never computed; in the diagonal block VectorE selects -inf
+above the diagonal in PSUM (a select, not an added -inf: a future key's score may be +inf or NaN, and
+inf - inf would make the row NaN; torch's CPU kernel fills them too). K^T and [V | 1] of a batch-head stay
+resident in SBUF. Without causal / mask the key order is free (softmax only needs K and V to share it): each
+partition loads contiguous rows of K and V and TensorE transposes K in an order that keeps those rows in the
+pair layout; otherwise K^T comes from DMA transposes (TensorE on profiles without them). Q^T comes from DMA
+transposes (TensorE without). Statistics, accumulation and the logsumexp are fp32.
 
 Backward (FlashAttention-2). Key blocks of ``kv_block`` are the outer loop: per (key block, query tile)
 TensorE recomputes S and dP = dO V^T, ScalarE P = exp(scale * S - lse) and dP - rowsum(dO * O), GpSimd
@@ -67,6 +68,15 @@ _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 
 
 # -- shared helpers ------------------------------------------------------------------------------
+def _causal_keep(shape, steps) -> View:
+    """A float32 tile, 1 where a causal query (partition p) sees key i (p + sum(steps * i) >= 0), else 0: the
+    predicate of a select that sets the scores of future keys to -inf whatever they hold."""
+    keep = nl.ndarray(shape, nl.float32, name="causal_keep")
+    nisa.memset(keep, 1.0, engine=_G)
+    nisa.affine_select(keep, keep, steps=steps, cmp_op=Alu.greater_equal, on_false_value=0.0, channel_multiplier=1)
+    return keep
+
+
 class _Heads:
     """A [B, H, S, D] HBM view indexed as [BH, S, D] (batch-head b: batch b // H, head b % H), so q, k, v, out
     and grad_out are read in place in any layout whose rows are contiguous (e.g. the heads of [B, S, H * D]
@@ -387,12 +397,8 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
     engines = _Alternate()
 
     diag = None
-    if causal:  # additive bias of a diagonal block: 0 where key <= query (i <= p), -inf above
-        zero = nl.ndarray((pmax, pmax), nl.float32, name="zero")
-        nisa.memset(zero, 0.0, engine=_G)
-        diag = nl.ndarray((pmax, pmax), nl.float32, name="diag")
-        nisa.affine_select(diag, zero, steps=(-1,), cmp_op=Alu.greater_equal, on_false_value=_NEG_INF,
-                           channel_multiplier=1)
+    if causal:  # which keys of a diagonal block a query sees: 1 where key <= query (i <= p), 0 above
+        diag = _causal_keep((pmax, pmax), (-1,))
 
     # jobs: one per (batch-head, query tile, key chunk)
     jobs = []
@@ -633,7 +639,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
         nisa.nc_matmul(s[:pq, : s1 - s0], tile["qT"], head["kT"][:, c0 + s0:c0 + s1], accumulate=False)
         job["s"][i] = (s0, s1, s)
 
-    def bias(t, i):  # VectorE: the causal diagonal's -inf triangle and the mask, added in PSUM
+    def bias(t, i):  # VectorE, in PSUM: -inf selected above the causal diagonal; the mask added
         job = jobs[t]
         if i not in job.get("s", {}):
             return
@@ -644,7 +650,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
             d0, d1 = max(q0, c0 + s0), min(q0 + pq, c0 + s1)
             if d0 < d1:
                 blk = s[:pq, d0 - c0 - s0:d1 - c0 - s0]
-                nisa.tensor_tensor(blk, blk, diag[:pq, d0 - q0:d1 - q0], Alu.add)
+                nisa.select(blk, diag[:pq, d0 - q0:d1 - q0], blk, _NEG_INF)
         if mask is not None:
             nisa.tensor_tensor(s[:pq, : s1 - s0], s[:pq, : s1 - s0], job["mask"][:pq, s0:s1], Alu.add)
 

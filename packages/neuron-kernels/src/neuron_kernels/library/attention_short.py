@@ -15,7 +15,8 @@ transpose).
 Compute goes by *groups* of heads of a unit, sized so each PSUM tile of a group is one bank. TensorE transposes
 Q, K (forward; backward also dO, V) into one PSUM tile copied out at once, pmax // D heads per transpose where the
 ISA lets D-partition operands start at every multiple of D (_Transposed); S = Q K^T per head into a score tile
-[Sq, g, Skv] (fp32). The causal triangle (VectorE, S + triangle) or a mask (VectorE, scale * S + mask) goes into
+[Sq, g, Skv] (fp32). The causal mask (VectorE, S or -inf by a select, so a future key's +inf or NaN score never
+meets an added -inf) or a mask (VectorE, scale * S + mask) goes into
 SBUF for the whole group, where GpSimd takes every head's row maxima in one reduce (without either VectorE
 reduces straight from PSUM); ScalarE exponentiates per head (its bias is a per-partition column) with the row
 sums accumulated on the way; TensorE transposes P; O = P V; one VectorE divide normalizes the group straight into
@@ -46,7 +47,17 @@ from .. import language as nl
 from ..errors import KernelError
 from ..jit import kernel
 from ..tensors import View
-from .attention import _bwd_inputs, _check_inputs, _copy, _Heads, _heads_of, _mask_rows, _pipeline, _result
+from .attention import (
+    _bwd_inputs,
+    _causal_keep,
+    _check_inputs,
+    _copy,
+    _Heads,
+    _heads_of,
+    _mask_rows,
+    _pipeline,
+    _result,
+)
 
 _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 _NEG_INF = float("-inf")
@@ -160,16 +171,11 @@ def _in_order(names):
 
 
 def _bias_tiles(mask, causal, sq, skv):
-    """The additive bias shared by every head: the causal triangle (-inf above the diagonal) or a [Sq, Skv] mask,
-    as [pmax, 1, Skv]."""
+    """What every head shares, as [pmax, 1, Skv]: causal, the keys a query sees (1 where key j <= query p, else 0:
+    a select predicate); else a [Sq, Skv] additive mask."""
     pmax = nl.tile_size.pmax
-    if causal:  # keep key j for query p where p - j >= 0
-        zero = nl.ndarray((pmax, 1, skv), nl.float32, name="zero")
-        nisa.memset(zero, 0.0, engine=_G)
-        tri = nl.ndarray((pmax, 1, skv), nl.float32, name="causal")
-        nisa.affine_select(tri, zero, steps=(0, -1), cmp_op=Alu.greater_equal, on_false_value=_NEG_INF,
-                           channel_multiplier=1)
-        return tri
+    if causal:
+        return _causal_keep((pmax, 1, skv), (0, -1))
     if mask is not None and (len(mask.shape) == 2 or mask.shape[0] == 1):
         shared = nl.ndarray((pmax, 1, skv), mask.dtype, name="mask")
         nisa.dma_copy(shared[:sq, 0, :], _mask_rows(mask, 0))
@@ -307,7 +313,7 @@ def short_attention_fwd(q, k, v, scale=None, causal=False, mask=None, layouts=No
             nisa.nc_matmul(s[:sq, i, :skv], qkT.head(tt, 0, i, sq), qkT.head(tt, 1, i, skv), accumulate=False)
         job["s"] = s
 
-    def bias(t):  # into SBUF (VectorE, the whole group): causal S + triangle, a mask s_eff * S + mask
+    def bias(t):  # into SBUF (VectorE, the whole group): causal S or -inf, a mask s_eff * S + mask
         job = jobs[t]
         g = job["g"]
         s = job["s"][:sq, :g, :skv]
@@ -315,8 +321,8 @@ def short_attention_fwd(q, k, v, scale=None, causal=False, mask=None, layouts=No
         if not (causal or mask is not None):
             return
         tt = nl.ndarray((pmax, group, skv), nl.float32, name="biased")
-        if causal:  # -inf stays -inf when scaled (s_eff > 0)
-            nisa.tensor_tensor(tt[:sq, :g, :], s, shared[:sq, :, :].broadcast_to((sq, g, skv)), Alu.add)
+        if causal:  # selected, not added: a future key's score may be +inf or NaN (-inf stays -inf when scaled)
+            nisa.select(tt[:sq, :g, :], shared[:sq, :, :].broadcast_to((sq, g, skv)), s, _NEG_INF)
         else:
             nisa.scalar_tensor_tensor(tt[:sq, :g, :], s, Alu.multiply, s_eff, Alu.add,
                                       _group_bias(job, shared, mask, sq, skv))
