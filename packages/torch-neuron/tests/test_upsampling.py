@@ -2,6 +2,8 @@
 dimensionality aten has a backward op for, integer, fractional and downsampling factors, explicit sizes,
 align_corners both ways, bf16 gradients, the grad_input= overload and explicit scales; strict (no fallback)."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -42,6 +44,33 @@ def test_interpolate_backward_matches_cpu(mode, dims):
                 got, want, got_grad, want_grad = grads(x, mode=mode, **kw)
             torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(got_grad.cpu(), want_grad, rtol=1e-5, atol=1e-5,
+                                       msg=lambda m, kw=kw: f"{kw}: {m}")
+
+
+@pytest.mark.parametrize("mode,dims", [(m, d) for m, ds in MODES.items() for d in ds])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
+def test_interpolate_backward_inf_stays_in_its_taps(mode, dims, dtype, bad):
+    """A non-finite (or huge) output gradient reaches only the inputs that output reads, as aten's backward adds
+    it (NaN where aten multiplies it by a zero weight too): the dense map's matmul once made 0 * inf = NaN of
+    every input along its line."""
+    torch.manual_seed(0)
+    x = torch.randn((2, 3, 4, 6, 5)[:2 + dims]).to(dtype)
+    tol = 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps  # 16 bits: one rounding of an fp32 sum
+    aligns = [None] if "nearest" in mode else [False, True]
+    for size in (dict(scale_factor=2), dict(scale_factor=1.7), dict(scale_factor=0.5), "same"):
+        for align in aligns:
+            kw = dict(size=x.shape[2:]) if size == "same" else dict(size)
+            if align is not None:
+                kw["align_corners"] = align
+            cpu, dev = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+            want = F.interpolate(cpu, mode=mode, **kw)
+            g = torch.randn_like(want)
+            g.view(-1)[g.numel() // 3] = bad
+            want.backward(g)
+            with native(BACKWARD[mode].format(dims)):
+                F.interpolate(dev, mode=mode, **kw).backward(g.to(DEV))
+            torch.testing.assert_close(dev.grad.cpu(), cpu.grad, rtol=tol, atol=tol, equal_nan=True,
                                        msg=lambda m, kw=kw: f"{kw}: {m}")
 
 

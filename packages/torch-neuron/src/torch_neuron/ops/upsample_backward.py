@@ -2,13 +2,16 @@
 trilinear, bicubic) on the device. The forwards decompose into gathers that run natively; their backwards have
 no decomposition in torch and would take the CPU path in every UNet/VAE/FPN training step.
 
-Every one of these interpolations is separable: along each spatial dim the output is a fixed linear map of the
-input, ``out = A @ in`` with A (out_size x in_size) built from aten's own source-index and weight formulas
-(UpSample.h: the float32 scale, nearest's floor, linear's clamped lambdas, bicubic's A = -0.75 convolution
-with indices clamped at the borders, so border taps add up as aten's bounded increments do). The gradient is
-the adjoint, ``grad_in = A^T @ grad_out`` applied dim by dim: one matmul per spatial dim on the TensorEngine.
-A nearest map that repeats each input k times (the usual ``scale_factor=2``) is a block sum instead, exact and
-without a matmul. Reduced-precision gradients are accumulated in float32 and rounded once, as aten does.
+Every one of these interpolations is separable: along each spatial dim each output index reads 1 (nearest), 2
+(linear) or 4 (cubic) taps of the input, (source index, weight) pairs from aten's own formulas (UpSample.h: the
+float32 scale, nearest's floor, linear's clamped lambdas, bicubic's A = -0.75 convolution with indices clamped at
+the borders, so border taps add up as aten's bounded increments do). The gradient is the adjoint applied dim by
+dim: each input index sums w * grad_out over exactly the (output, tap) pairs that read it, as aten's backward
+adds them, by gathering the outputs (index_select), weighing them, selecting the valid ones and summing. Not a
+matmul by the dense (out_size x in_size) map: that adds 0 * grad_out of every unrelated output, so one inf
+gradient would make NaN of its whole line. A nearest map that repeats each input k times (the usual
+``scale_factor=2``) is a block sum. Reduced-precision gradients are accumulated in float32 and rounded once,
+as aten does.
 """
 
 from __future__ import annotations
@@ -18,12 +21,20 @@ import math
 
 import torch
 
-from .common import write_out
+from neuron_hal import DType
+from neuron_kernels.library import movement, reduce
+
+from .checks import constant
+from .common import contig, write_out
+from .launch import run
 from .oncpu import on_cpu
+from .pointwise_expr import formula, inputs, where
 from .registry import impl, note_native
 
 aten = torch.ops.aten
 CUBIC_A = -0.75
+F32 = DType.float32
+_X, _VALID, _W = inputs(3)
 
 
 def _scale(in_size: int, out_size: int, scale: float | None) -> float:
@@ -68,17 +79,15 @@ def _guard(src: torch.Tensor, in_size: int) -> tuple[torch.Tensor, torch.Tensor]
     return index, (src - index).clamp(0, 1)
 
 
-def _linear_matrix(in_size, out_size, align_corners, scale) -> torch.Tensor:
-    a = torch.zeros(out_size, in_size, dtype=torch.float32)
+def _linear_taps(in_size, out_size, align_corners, scale) -> list:
+    """aten's two (source index, weight) taps of each output index: (i0, 1 - l1), (i1, l1); a same-size map is
+    aten's copy case, (o, 1) and (o, 0), whose zero-weight tap aten still multiplies (0 * inf = NaN as aten)."""
     rows = torch.arange(out_size)
-    if out_size == in_size:  # aten's special case: the identity, whatever the scale says
-        a[rows, rows] = 1
-        return a
+    if out_size == in_size:
+        return [(rows, torch.ones(out_size)), (rows, torch.zeros(out_size))]
     i0, lam1 = _guard(_source_index(in_size, out_size, align_corners, scale, cubic=False), in_size)
     i1 = torch.where(i0 < in_size - 1, i0 + 1, i0)
-    a.index_put_((rows, i0), 1 - lam1, accumulate=True)
-    a.index_put_((rows, i1), lam1, accumulate=True)
-    return a
+    return [(i0, 1 - lam1), (i1, lam1)]
 
 
 def _cubic_weights(t: torch.Tensor) -> list[torch.Tensor]:
@@ -91,23 +100,62 @@ def _cubic_weights(t: torch.Tensor) -> list[torch.Tensor]:
     return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
-def _cubic_matrix(in_size, out_size, align_corners, scale) -> torch.Tensor:
-    a = torch.zeros(out_size, in_size, dtype=torch.float32)
-    rows = torch.arange(out_size)
+def _cubic_taps(in_size, out_size, align_corners, scale) -> list:
+    """The four taps i0 - 1 .. i0 + 2 of each output index, clamped into the input (border taps add up as aten's
+    bounded increments do)."""
     i0, t = _guard(_source_index(in_size, out_size, align_corners, scale, cubic=True), in_size)
-    for k, w in enumerate(_cubic_weights(t)):  # taps i0 - 1 .. i0 + 2, clamped into the input
-        a.index_put_((rows, (i0 - 1 + k).clamp(0, in_size - 1)), w, accumulate=True)
-    return a
+    return [((i0 - 1 + k).clamp(0, in_size - 1), w) for k, w in enumerate(_cubic_weights(t))]
+
+
+def _taps(mode: str, in_size: int, out_size: int, align_corners: bool, scale: float | None) -> list:
+    """(source index [out], weight [out] or None) per tap of one spatial dim: out[o] = sum_k w_k[o] * in[idx_k[o]]."""
+    if mode in ("nearest", "nearest-exact"):
+        return [(_nearest_index(in_size, out_size, scale, mode == "nearest-exact"), None)]
+    return (_cubic_taps if mode == "cubic" else _linear_taps)(in_size, out_size, align_corners, scale)
 
 
 @functools.lru_cache(maxsize=256)
-def _matrix(mode: str, in_size: int, out_size: int, align_corners: bool, scale: float | None) -> torch.Tensor:
-    """The (out_size x in_size) map of one spatial dim, on the host (cached: a model repeats its shapes)."""
-    if mode in ("nearest", "nearest-exact"):
-        a = torch.zeros(out_size, in_size, dtype=torch.float32)
-        a[torch.arange(out_size), _nearest_index(in_size, out_size, scale, mode == "nearest-exact")] = 1
-        return a
-    return (_cubic_matrix if mode == "cubic" else _linear_matrix)(in_size, out_size, align_corners, scale)
+def _slots(mode: str, in_size: int, out_size: int, align_corners: bool, scale: float | None):
+    """The adjoint of one spatial dim as gathers, on the host (cached: a model repeats its shapes).
+
+    Every tap's index is non-decreasing in o, so the outputs a tap sends to input i are a run lo_k(i) ..
+    lo_k(i) + n_k(i) - 1. Slot r of tap k reads output lo_k(i) + r for every i: (source [S * in] int32,
+    weight [S * in] float32 or None, valid [S * in] bool) over the S slots of all taps. grad_in[i] is the sum
+    over slots of the valid w * grad_out: each input meets only the outputs that read it (a matmul by the
+    dense map would add 0 * grad_out of all the others, and 0 * inf = NaN)."""
+    src, wts, valid = [], [], []
+    for idx, w in _taps(mode, in_size, out_size, align_corners, scale):
+        count = torch.bincount(idx, minlength=in_size)
+        lo = torch.cumsum(count, 0) - count
+        for r in range(int(count.max())):
+            at = (lo + r).clamp(max=out_size - 1)
+            src.append(at.to(torch.int32))
+            valid.append(r < count)
+            wts.append(None if w is None else w.to(torch.float32)[at])
+    weight = None if wts[0] is None else torch.cat(wts)
+    return torch.cat(src), weight, torch.cat(valid)
+
+
+_WEIGHED = where(_VALID, _X * _W, 0.0).node  # select, not a product: an unused slot may read an inf
+_SELECTED = where(_VALID, _X, 0.0).node
+
+
+def _adjoint_dim(op: str, x: torch.Tensor, dim: int, key: tuple) -> torch.Tensor:
+    """grad_in along ``dim`` of float32 x from the gathers of ``_slots(*key)``: gather, weigh and select (one
+    program), sum the slots."""
+    dev = x.device
+    src, weight, valid = (None if t is None else constant(("upsample_slots", i, key), dev, lambda t=t: t)
+                          for i, t in enumerate(_slots(*key)))
+    bcast = [1] * x.dim()
+    bcast[dim] = -1
+    part = run(op, movement.index_select, contig(x), dim, src)[0]
+    if weight is None:
+        part = run(op, formula, part, valid.view(bcast), expr=_SELECTED, out_dtype=F32)[0]
+    else:
+        part = run(op, formula, part, valid.view(bcast), weight.view(bcast), expr=_WEIGHED, out_dtype=F32)[0]
+    shape = list(part.shape)
+    shape[dim:dim + 1] = [-1, key[1]]
+    return run(op, reduce.sum, part.view(shape), (dim,), False)[0]
 
 
 def _repeats(mode: str, in_size: int, out_size: int, scale: float | None) -> int | None:
@@ -119,16 +167,17 @@ def _repeats(mode: str, in_size: int, out_size: int, scale: float | None) -> int
     return k if torch.equal(index, torch.arange(out_size) // k) else None
 
 
-def _adjoint(grad: torch.Tensor, mode: str, in_sizes, align_corners: bool, scales) -> torch.Tensor:
+def _adjoint(op: str, grad: torch.Tensor, mode: str, in_sizes, align_corners: bool, scales) -> torch.Tensor:
     out_sizes = grad.shape[2:]
     repeats = [_repeats(mode, i, o, s) for i, o, s in zip(in_sizes, out_sizes, scales)]
     if all(k is not None for k in repeats):  # block sums over each input's k1 x k2 x .. copies
         split = [d for i, k in zip(in_sizes, repeats) for d in (i, k)]
         return grad.reshape(*grad.shape[:2], *split).sum(tuple(range(3, 2 + len(split), 2)))
+    if mode == "cubic" and list(out_sizes) == list(in_sizes):  # aten's bicubic copies a same-size grid
+        return grad.clone()
     x = grad
     for d, (i, o, s) in enumerate(zip(in_sizes, out_sizes, scales)):
-        a = _matrix(mode, i, o, align_corners, s).to(grad.device)
-        x = torch.matmul(x.movedim(2 + d, -1), a).movedim(-1, 2 + d)
+        x = _adjoint_dim(op, x, 2 + d, (mode, i, o, align_corners, s))
     return x
 
 
@@ -152,7 +201,7 @@ def _backward(op, name: str, mode: str, spatial: int, align: bool):
         if grad_output.dtype == torch.float64 or math.prod(input_size) == 0 or grad_output.numel() == 0:
             return on_cpu(op, grad_output, output_size, input_size, *rest)
         grad = grad_output.float() if grad_output.dtype != torch.float32 else grad_output
-        result = _adjoint(grad, mode, list(input_size[2:]), align_corners, scales[:spatial])
+        result = _adjoint(name, grad, mode, list(input_size[2:]), align_corners, scales[:spatial])
         note_native(name)  # its parts ran (and were counted) on the device
         return result.to(grad_output.dtype).contiguous()
 
