@@ -110,7 +110,7 @@ def test_rows_with_every_key_masked_match_cpu(kind):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
-@pytest.mark.parametrize("shape", [(1, 1, 4, 8), (1, 2, 200, 32)])  # the short-sequence and the flash kernels
+@pytest.mark.parametrize("shape", [(1, 1, 4, 8), (1, 2, 200, 32), (1, 2, 9, 160)])  # short, flash, wide heads
 def test_causal_inf_in_a_future_key_stays_masked(dtype, bad, shape):
     """A non-finite (or huge) element of key j reaches no query before j, as on the CPU, whose causal kernel
     fills future scores with -inf: an added -inf once made inf - inf = NaN of the earlier queries' rows. The
@@ -125,6 +125,20 @@ def test_causal_inf_in_a_future_key_stays_masked(dtype, bad, shape):
     dq, want_dq = grads[0].cpu().float()[..., :j, :], wants[0][..., :j, :]
     fin = torch.isfinite(want_dq)
     torch.testing.assert_close(dq[fin], want_dq[fin], **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("qs, kvs", [((1, 2, 40, 160), (1, 2, 40, 160)), ((2, 3, 30, 256), (2, 3, 17, 256))])
+def test_causal_heads_wider_than_the_kernels_match_cpu(dtype, qs, kvs):
+    """Causal calls with head dims > 128 take the overrideable op's decomposition (future keys selected to -inf),
+    not aten's math path (which adds a -inf bias): forward and backward as on the CPU."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(s).to(dtype) for s in (qs, kvs, kvs))
+    assert torch._fused_sdp_choice(q.to(DEV), k.to(DEV), v.to(DEV), is_causal=True) == FUSED
+    got, want, dgrads, cgrads = run_both(q, k, v, is_causal=True)
+    close(got, want, dtype)
+    for d, c in zip(dgrads, cgrads):
+        close(d, c, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

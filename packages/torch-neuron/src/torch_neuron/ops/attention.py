@@ -7,7 +7,10 @@ k, v, head dim <= 128 shared by q, k and v, equal batch and head counts, no drop
 for the mask, lengths the kernels hold in SBUF) and aten then calls
 ``_scaled_dot_product_fused_attention_overrideable`` (flash_attention_fwd: output and logsumexp) and, in
 backward, ``..._overrideable_backward`` (flash_attention_bwd: dq, dk, dv). Otherwise it answers ``math``:
-aten's own decomposition (bmm, softmax, ...) on the other native ops. Queries and keys that each fit one tile
+aten's own decomposition (bmm, softmax, ...) on the other native ops, except causal calls whose head dim alone is
+too wide (> 128): aten's math adds a -inf bias above the diagonal, so a future key's +inf or NaN score would make
+inf - inf = NaN of every earlier query; those take the overrideable op as a float32 decomposition that selects
+-inf (``_wide_forward`` / ``_wide_backward``), as torch's CPU kernel fills them. Queries and keys that each fit one tile
 (pmax rows) take the short-sequence kernels instead (attention_short: same contract, every head of a batch
 element per DMA), as the flash kernels are bound by their per-head DMAs there.
 
@@ -37,7 +40,7 @@ from neuron_kernels.library import attention as kattn
 from neuron_kernels.library import attention_short as kshort
 
 from ..runtime import runtime
-from .checks import meta_result, same_device
+from .checks import constant, meta_result, same_device
 from .common import contig
 from .copy import storage_span
 from .launch import run
@@ -51,7 +54,7 @@ MAX_HEAD_DIM = 128  # one contraction tile (attention kernel docstring)
 MAX_SEQ = 16384  # well inside the kernels' SBUF limits (~24K keys fp32 forward, ~40K queries backward)
 
 
-def _fits(q, k, v, mask, dropout_p, enable_gqa) -> bool:
+def _fits(q, k, v, mask, dropout_p, enable_gqa, max_head_dim=MAX_HEAD_DIM) -> bool:
     if any(t.is_nested for t in (q, k, v)) or dropout_p > 0.0:
         return False
     if q.dim() not in (3, 4) or not (q.dim() == k.dim() == v.dim()):
@@ -59,7 +62,7 @@ def _fits(q, k, v, mask, dropout_p, enable_gqa) -> bool:
     if q.dtype not in FLOATS or k.dtype != q.dtype or v.dtype != q.dtype:
         return False
     d = q.shape[-1]
-    if not (0 < d <= MAX_HEAD_DIM and k.shape[-1] == d and v.shape[-1] == d):
+    if not (0 < d <= max_head_dim and k.shape[-1] == d and v.shape[-1] == d):
         return False
     if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
         return False  # broadcast batches, grouped-query heads: math
@@ -76,9 +79,17 @@ def _fits(q, k, v, mask, dropout_p, enable_gqa) -> bool:
     return True
 
 
+def _causal_wide(q, k, v, mask, dropout_p, is_causal) -> bool:
+    """A causal call the kernels take but for its head dim (> 128): the overrideable op runs it as a decomposition
+    (``_wide_forward``) rather than aten's math path, which adds a -inf bias above the diagonal: a future key's
+    +inf or NaN score then makes inf - inf = NaN of every earlier query (torch's CPU kernel fills them)."""
+    return bool(is_causal) and mask is None and _fits(q, k, v, None, dropout_p, False, max_head_dim=1 << 30)
+
+
 def sdp_choice(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> int:
     """The backend scaled_dot_product_attention uses for neuron tensors (called by the C++ stub)."""
-    return OVERRIDEABLE if _fits(q, k, v, mask, dropout_p, enable_gqa) else MATH
+    fused = _fits(q, k, v, mask, dropout_p, enable_gqa) or _causal_wide(q, k, v, mask, dropout_p, is_causal)
+    return OVERRIDEABLE if fused else MATH
 
 
 @impl("_fused_sdp_choice")
@@ -140,13 +151,19 @@ def _empty(device, dtype=torch.int64):
 @impl("_scaled_dot_product_fused_attention_overrideable")
 def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
     same_device(q, k, v, attn_bias)
-    if not _fits(q, k, v, attn_bias, dropout_p, False) or return_debug_mask:
+    wide = not _fits(q, k, v, attn_bias, dropout_p, False) and _causal_wide(q, k, v, attn_bias, dropout_p, is_causal)
+    if not (wide or _fits(q, k, v, attn_bias, dropout_p, False)) or return_debug_mask:
         raise NotImplementedError("the neuron flash-attention kernels do not take these arguments (dropout, "
                                   "head dim > 128, grouped-query heads, debug masks); "
                                   "F.scaled_dot_product_attention routes such calls to the math backend")
     sq, skv = q.shape[-2], k.shape[-2]
     meta = meta_result(torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default, q, k, v, attn_bias,
                        dropout_p, is_causal, return_debug_mask, scale=scale)
+    seed = torch.empty((), dtype=torch.int64, device=q.device)
+    if wide:
+        out, lse = _wide_forward(q, k, v, scale)
+        return _in_layout(out, meta[0]), lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, \
+            _empty(q.device, q.dtype)
     layouts, into = [], {}
     qkv = [_heads(t, name, layouts) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
     result = _written_in_place(q.shape, meta[0].stride(), q, "out", layouts, into)
@@ -158,7 +175,6 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
         out, lse = _empty_rows(out, lse)
     out = _in_layout(out, meta[0])
     lse = lse if q.dim() == 4 else lse.unsqueeze(0)
-    seed = torch.empty((), dtype=torch.int64, device=q.device)
     return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
 
 
@@ -171,6 +187,11 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     if grad_input_mask[3] or dropout_p > 0.0:
         raise NotImplementedError("the neuron flash-attention backward gives no mask gradient and no dropout; "
                                   "F.scaled_dot_product_attention routes such calls to the math backend")
+    if not _fits(q, k, v, attn_bias, dropout_p, False):  # a causal call wider than the kernels (_causal_wide)
+        grads = _wide_backward(grad_out, q, k, v, out, logsumexp, scale)
+        if targets is not None:
+            grads = [t.copy_(g) for t, g in zip(targets, grads)]
+        return (*grads, None)
     skv = k.shape[-2]
     layouts, into = [], {}
     tensors = [_heads(t, name, layouts) for t, name in
@@ -189,6 +210,35 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     dq, dk, dv = (g if name in into else next(made).view(t.shape)
                   for g, name, t in zip(grads, ("dq", "dk", "dv"), (q, k, v)))
     return dq, dk, dv, None
+
+
+def _wide_scores(q, k, scale) -> torch.Tensor:
+    """float32 scale * q k^T with future keys (above the top-left diagonal) selected to -inf, not added."""
+    sq, skv = q.shape[-2], k.shape[-2]
+    s = torch.matmul(q.float(), k.float().transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    keep = constant(("causal_keep", sq, skv), q.device, lambda: torch.ones(sq, skv, dtype=torch.bool).tril())
+    return torch.where(keep, s, float("-inf"))
+
+
+def _wide_forward(q, k, v, scale):
+    """(contiguous out in q's dtype, float32 logsumexp) of causal attention for head dims beyond the kernels."""
+    s = _wide_scores(q, k, scale)
+    lse = torch.logsumexp(s, -1)
+    out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), v.float()).to(q.dtype)
+    return contig(out), (lse if q.dim() == 4 else lse.unsqueeze(0))
+
+
+def _wide_backward(grad_out, q, k, v, out, lse, scale):
+    """dq, dk, dv of _wide_forward (FlashAttention-2's formulas in float32, P recomputed from the logsumexp)."""
+    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    lse = lse.reshape(q.shape[:-1]).unsqueeze(-1)
+    p = torch.exp(_wide_scores(q, k, scale) - lse)
+    do, vf = grad_out.float(), v.float()
+    dv = torch.matmul(p.transpose(-2, -1), do)
+    ds = p * (torch.matmul(do, vf.transpose(-2, -1)) - (do * out.float()).sum(-1, keepdim=True))
+    dq = torch.matmul(ds, k.float()) * sc
+    dk = torch.matmul(ds.transpose(-2, -1), q.float()) * sc
+    return [g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v))]
 
 
 def _target(target: torch.Tensor, like: torch.Tensor, name: str, layouts: list, into: dict) -> torch.Tensor:
