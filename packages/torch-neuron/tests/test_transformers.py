@@ -110,17 +110,19 @@ def test_rows_with_every_key_masked_match_cpu(kind):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
-@pytest.mark.parametrize("shape", [(1, 1, 4, 8), (1, 2, 200, 32), (1, 2, 9, 160)])  # short, flash, wide heads
-def test_causal_inf_in_a_future_key_stays_masked(dtype, bad, shape):
+@pytest.mark.parametrize("shape, kw", [((1, 1, 4, 8), {}), ((1, 2, 200, 32), {}), ((1, 2, 9, 160), {}),
+                                       ((1, 4, 9, 16), {"enable_gqa": True})])  # short, flash, wide, grouped
+def test_causal_inf_in_a_future_key_stays_masked(dtype, bad, shape, kw):
     """A non-finite (or huge) element of key j reaches no query before j, as on the CPU, whose causal kernel
     fills future scores with -inf: an added -inf once made inf - inf = NaN of the earlier queries' rows. The
     output is non-finite exactly where the CPU's is; the earlier queries' gradients match where the CPU's
     are finite (its dS K also meets the bad column with 0)."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(shape).to(dtype) for _ in range(3))
+    kv = (shape[0], shape[1] // 2 if kw else shape[1], *shape[2:])
+    q, k, v = torch.randn(shape).to(dtype), torch.randn(kv).to(dtype), torch.randn(kv).to(dtype)
     j = shape[2] - 2
     k[0, 0, j, 0] = bad
-    got, want, grads, wants = run_both(q, k, v, is_causal=True)
+    got, want, grads, wants = run_both(q, k, v, is_causal=True, **kw)
     torch.testing.assert_close(got.cpu().float(), want.detach(), equal_nan=True, **TOL[dtype])
     dq, want_dq = grads[0].cpu().float()[..., :j, :], wants[0][..., :j, :]
     fin = torch.isfinite(want_dq)
@@ -128,14 +130,16 @@ def test_causal_inf_in_a_future_key_stays_masked(dtype, bad, shape):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("qs, kvs", [((1, 2, 40, 160), (1, 2, 40, 160)), ((2, 3, 30, 256), (2, 3, 17, 256))])
-def test_causal_heads_wider_than_the_kernels_match_cpu(dtype, qs, kvs):
-    """Causal calls with head dims > 128 take the overrideable op's decomposition (future keys selected to -inf),
-    not aten's math path (which adds a -inf bias): forward and backward as on the CPU."""
+@pytest.mark.parametrize("qs, kvs, kw", [((1, 2, 40, 160), (1, 2, 40, 160), {}), ((2, 3, 30, 256), (2, 3, 17, 256), {}),
+                                         ((2, 4, 20, 16), (2, 2, 20, 16), {"enable_gqa": True}),
+                                         ((1, 6, 9, 144), (1, 2, 12, 144), {"enable_gqa": True})])
+def test_causal_calls_the_kernels_cannot_take_match_cpu(dtype, qs, kvs, kw):
+    """Causal calls with head dims > 128 or grouped-query heads take the overrideable op's decomposition (future
+    keys selected to -inf), not aten's math path (which adds a -inf bias): forward and backward as on the CPU."""
     torch.manual_seed(3)
     q, k, v = (torch.randn(s).to(dtype) for s in (qs, kvs, kvs))
-    assert torch._fused_sdp_choice(q.to(DEV), k.to(DEV), v.to(DEV), is_causal=True) == FUSED
-    got, want, dgrads, cgrads = run_both(q, k, v, is_causal=True)
+    assert torch._fused_sdp_choice(q.to(DEV), k.to(DEV), v.to(DEV), is_causal=True, **kw) == FUSED
+    got, want, dgrads, cgrads = run_both(q, k, v, is_causal=True, **kw)
     close(got, want, dtype)
     for d, c in zip(dgrads, cgrads):
         close(d, c, dtype)

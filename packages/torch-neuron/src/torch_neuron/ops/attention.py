@@ -7,10 +7,11 @@ k, v, head dim <= 128 shared by q, k and v, equal batch and head counts, no drop
 for the mask, lengths the kernels hold in SBUF) and aten then calls
 ``_scaled_dot_product_fused_attention_overrideable`` (flash_attention_fwd: output and logsumexp) and, in
 backward, ``..._overrideable_backward`` (flash_attention_bwd: dq, dk, dv). Otherwise it answers ``math``:
-aten's own decomposition (bmm, softmax, ...) on the other native ops, except causal calls whose head dim alone is
-too wide (> 128): aten's math adds a -inf bias above the diagonal, so a future key's +inf or NaN score would make
-inf - inf = NaN of every earlier query; those take the overrideable op as a float32 decomposition that selects
--inf (``_wide_forward`` / ``_wide_backward``), as torch's CPU kernel fills them. Queries and keys that each fit one tile
+aten's own decomposition (bmm, softmax, ...) on the other native ops, except causal calls the kernels cannot
+take only for their head dim (> 128) or grouped-query heads: aten's math adds a -inf bias above the diagonal,
+so a future key's +inf or NaN score would make inf - inf = NaN of every earlier query; those take the
+overrideable op as a float32 decomposition that selects -inf (``_wide_forward`` / ``_wide_backward``), as
+torch's CPU kernel fills them. Queries and keys that each fit one tile
 (pmax rows) take the short-sequence kernels instead (attention_short: same contract, every head of a batch
 element per DMA), as the flash kernels are bound by their per-head DMAs there.
 
@@ -54,7 +55,7 @@ MAX_HEAD_DIM = 128  # one contraction tile (attention kernel docstring)
 MAX_SEQ = 16384  # well inside the kernels' SBUF limits (~24K keys fp32 forward, ~40K queries backward)
 
 
-def _fits(q, k, v, mask, dropout_p, enable_gqa, max_head_dim=MAX_HEAD_DIM) -> bool:
+def _fits(q, k, v, mask, dropout_p, enable_gqa, max_head_dim=MAX_HEAD_DIM, groups=False) -> bool:
     if any(t.is_nested for t in (q, k, v)) or dropout_p > 0.0:
         return False
     if q.dim() not in (3, 4) or not (q.dim() == k.dim() == v.dim()):
@@ -64,8 +65,8 @@ def _fits(q, k, v, mask, dropout_p, enable_gqa, max_head_dim=MAX_HEAD_DIM) -> bo
     d = q.shape[-1]
     if not (0 < d <= max_head_dim and k.shape[-1] == d and v.shape[-1] == d):
         return False
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
-        return False  # broadcast batches, grouped-query heads: math
+    if not (q.shape[:-2] == k.shape[:-2] or groups and _grouped(q, k)) or k.shape[:-1] != v.shape[:-1]:
+        return False  # broadcast batches, grouped-query heads (but for the decomposition): math
     sq, skv = q.shape[-2], k.shape[-2]
     if not (0 < sq <= MAX_SEQ and 0 < skv <= MAX_SEQ and q.numel()):
         return False
@@ -79,16 +80,24 @@ def _fits(q, k, v, mask, dropout_p, enable_gqa, max_head_dim=MAX_HEAD_DIM) -> bo
     return True
 
 
-def _causal_wide(q, k, v, mask, dropout_p, is_causal) -> bool:
-    """A causal call the kernels take but for its head dim (> 128): the overrideable op runs it as a decomposition
-    (``_wide_forward``) rather than aten's math path, which adds a -inf bias above the diagonal: a future key's
-    +inf or NaN score then makes inf - inf = NaN of every earlier query (torch's CPU kernel fills them)."""
-    return bool(is_causal) and mask is None and _fits(q, k, v, None, dropout_p, False, max_head_dim=1 << 30)
+def _grouped(q, k) -> bool:
+    """[B, Hq, S, D] queries sharing [B, Hk, S, D] keys in groups of Hq / Hk heads (enable_gqa)."""
+    return q.dim() == 4 and q.shape[0] == k.shape[0] and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0
+
+
+def _causal_wide(q, k, v, mask, dropout_p, is_causal, enable_gqa=True) -> bool:
+    """A causal call the kernels take but for its head dim (> 128) or grouped-query heads: the overrideable op runs
+    it as a decomposition (``_wide_forward``) rather than aten's math path, which adds a -inf bias above the
+    diagonal: a future key's +inf or NaN score then makes inf - inf = NaN of every earlier query (torch's CPU
+    kernel fills them). aten passes the overrideable op no enable_gqa: grouped heads there were asked for."""
+    return bool(is_causal) and mask is None and _fits(q, k, v, None, dropout_p, False, max_head_dim=1 << 30,
+                                                       groups=enable_gqa)
 
 
 def sdp_choice(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> int:
     """The backend scaled_dot_product_attention uses for neuron tensors (called by the C++ stub)."""
-    fused = _fits(q, k, v, mask, dropout_p, enable_gqa) or _causal_wide(q, k, v, mask, dropout_p, is_causal)
+    fused = _fits(q, k, v, mask, dropout_p, enable_gqa) or _causal_wide(q, k, v, mask, dropout_p, is_causal,
+                                                                         enable_gqa)
     return OVERRIDEABLE if fused else MATH
 
 
@@ -220,8 +229,14 @@ def _wide_scores(q, k, scale) -> torch.Tensor:
     return torch.where(keep, s, float("-inf"))
 
 
+def _ungrouped(q, t) -> torch.Tensor:
+    """Keys or values repeated for each query head of their group (aten's math path does the same)."""
+    return t if t.shape[:-2] == q.shape[:-2] else t.repeat_interleave(q.shape[1] // t.shape[1], 1)
+
+
 def _wide_forward(q, k, v, scale):
-    """(contiguous out in q's dtype, float32 logsumexp) of causal attention for head dims beyond the kernels."""
+    """(contiguous out in q's dtype, float32 logsumexp) of causal attention the kernels cannot take."""
+    k, v = _ungrouped(q, k), _ungrouped(q, v)
     s = _wide_scores(q, k, scale)
     lse = torch.logsumexp(s, -1)
     out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), v.float()).to(q.dtype)
@@ -232,13 +247,21 @@ def _wide_backward(grad_out, q, k, v, out, lse, scale):
     """dq, dk, dv of _wide_forward (FlashAttention-2's formulas in float32, P recomputed from the logsumexp)."""
     sc = q.shape[-1] ** -0.5 if scale is None else scale
     lse = lse.reshape(q.shape[:-1]).unsqueeze(-1)
-    p = torch.exp(_wide_scores(q, k, scale) - lse)
-    do, vf = grad_out.float(), v.float()
+    kf, vf = _ungrouped(q, k).float(), _ungrouped(q, v).float()
+    p = torch.exp(_wide_scores(q, kf, scale) - lse)
+    do = grad_out.float()
     dv = torch.matmul(p.transpose(-2, -1), do)
     ds = p * (torch.matmul(do, vf.transpose(-2, -1)) - (do * out.float()).sum(-1, keepdim=True))
-    dq = torch.matmul(ds, k.float()) * sc
+    dq = torch.matmul(ds, kf) * sc
     dk = torch.matmul(ds.transpose(-2, -1), q.float()) * sc
-    return [g.to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v))]
+    return [_regrouped(g, t).to(t.dtype) for g, t in zip((dq, dk, dv), (q, k, v))]
+
+
+def _regrouped(g, t) -> torch.Tensor:
+    """The gradient of ``t`` from that of its per-query-head repeats: summed over each group."""
+    if g.shape == t.shape:
+        return g
+    return g.view(t.shape[0], t.shape[1], -1, *g.shape[2:]).sum(2)
 
 
 def _target(target: torch.Tensor, like: torch.Tensor, name: str, layouts: list, into: dict) -> torch.Tensor:
