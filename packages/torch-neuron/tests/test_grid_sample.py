@@ -1,5 +1,6 @@
 """grid_sample of 5-d inputs (aten grid_sampler_3d, torch_neuron.ops.grid_sample) against the CPU: trilinear
-and nearest, every padding mode, align_corners, coordinates far outside, half-way points, NaN/inf."""
+and nearest, every padding mode, align_corners, coordinates far outside, half-way points, NaN/inf; and 4-d
+bilinear/nearest (grid_sampler_2d, the same sampler) with non-finite pixels."""
 
 import itertools
 
@@ -40,6 +41,25 @@ def test_grid_sample_3d_special_values(case):
     with native("grid_sampler_3d"):
         got = F.grid_sample(x.to("neuron"), grid.to("neuron"), mode, padding, align)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", MODES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf"), float("nan"), 1e20])
+def test_grid_sample_2d_inf_stays_in_its_corners(case, dtype, bad):
+    """4-d grid_sample reads a non-finite (or huge) pixel only into the samples whose corners hold it, as the CPU:
+    torch's decomposition, which ran here before, multiplied outside corners' clamped reads by a zero weight
+    (0 * inf = NaN of every sample near the border)."""
+    mode, padding, align = case
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 5, 6).to(dtype)
+    x[0, 0, 0, 0], x[1, 2, 4, 5] = bad, bad  # corners: the element outside reads are clamped to, and its opposite
+    grid = (torch.rand(2, 4, 5, 2) * 3 - 1.5).to(dtype)  # in and outside [-1, 1]
+    want = F.grid_sample(x.float(), grid.float(), mode, padding, align).to(dtype)
+    with native("grid_sampler_2d"):
+        got = F.grid_sample(x.to("neuron"), grid.to("neuron"), mode, padding, align)
+    tol = 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps  # 16 bits: one rounding of the fp32 sum
+    torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol, equal_nan=True)
 
 
 def test_errors_and_empty():

@@ -1,4 +1,5 @@
-"""grid_sampler_3d (``grid_sample`` of 5-d inputs, trilinear and nearest) on the device, composed of neuron ops.
+"""grid_sampler_3d (``grid_sample`` of 5-d inputs, trilinear and nearest) on the device, composed of neuron ops, and
+grid_sampler_2d's bilinear and nearest as the same sampler on a volume of depth 1.
 
 As aten's CPU kernel: each grid coordinate is unnormalized (``align_corners``), then clipped (border) or
 reflected and clipped (reflection); trilinear reads the 8 corners around it, each weighted by the product
@@ -12,9 +13,11 @@ exactly by their bits (``_int32``).
 from __future__ import annotations
 
 import torch
+from torch._decomp import decomposition_table
 
 from neuron_kernels.library import movement
 
+from . import decomp
 from .checks import meta_result, same_device
 from .common import contig, run_on_cpu
 from .compose import FLOATS
@@ -60,7 +63,7 @@ def _inside(i: torch.Tensor, size: int) -> torch.Tensor:
     return (i >= 0) & (i <= size - 1)
 
 
-def _read(x_rows: torch.Tensor, corners, sizes, n: int, p: int):
+def _read(op: str, x_rows: torch.Tensor, corners, sizes, n: int, p: int):
     """Each corner's [N, P, C] values and [N, P, 1] inside-the-volume mask; ``corners``: (z, y, x) float
     [N, P] each. Outside corners read element 0 (their value is masked out by the caller)."""
     d, h, w = sizes
@@ -72,11 +75,11 @@ def _read(x_rows: torch.Tensor, corners, sizes, n: int, p: int):
         offsets.append(flat.reshape(-1))
         masks.append(ok[..., None])
     idx = _int32(torch.cat(offsets))
-    vals = run("grid_sampler_3d", movement.index_select, x_rows, 0, idx)[0].view(len(corners), n, p, -1)
+    vals = run(op, movement.index_select, x_rows, 0, idx)[0].view(len(corners), n, p, -1)
     return list(zip(vals.unbind(0), masks))
 
 
-def _sample(x: torch.Tensor, grid: torch.Tensor, mode: int, padding_mode: int, align_corners: bool):
+def _sample(op: str, x: torch.Tensor, grid: torch.Tensor, mode: int, padding_mode: int, align_corners: bool):
     n, c, d, h, w = x.shape
     p = grid.shape[1] * grid.shape[2] * grid.shape[3]
     g = contig(grid).float().view(n, p, 3)
@@ -85,13 +88,13 @@ def _sample(x: torch.Tensor, grid: torch.Tensor, mode: int, padding_mode: int, a
     iz = _source(g[..., 2], d, padding_mode, align_corners)
     x_rows = contig(x.float().permute(0, 2, 3, 4, 1)).reshape(n * d * h * w, c)
     if mode == 1:  # nearest: round half to even, as nearbyint
-        ((val, ok),) = _read(x_rows, [(iz.round(), iy.round(), ix.round())], (d, h, w), n, p)
+        ((val, ok),) = _read(op, x_rows, [(iz.round(), iy.round(), ix.round())], (d, h, w), n, p)
         return torch.where(ok, val, 0.0)
     x0, y0, z0 = ix.floor(), iy.floor(), iz.floor()
     wx, wy, wz = (x0 + 1 - ix, ix - x0), (y0 + 1 - iy, iy - y0), (z0 + 1 - iz, iz - z0)
     corners = [(z0 + dz, y0 + dy, x0 + dx) for dz, dy, dx in _CORNERS]
     out = None
-    for (dz, dy, dx), (val, ok) in zip(_CORNERS, _read(x_rows, corners, (d, h, w), n, p)):
+    for (dz, dy, dx), (val, ok) in zip(_CORNERS, _read(op, x_rows, corners, (d, h, w), n, p)):
         # only corners inside add (aten skips the others: their weights may be NaN, their reads inf)
         term = torch.where(ok, val * (wx[dx] * wy[dy] * wz[dz])[..., None], 0.0)
         out = term if out is None else out + term
@@ -108,5 +111,27 @@ def grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners):
         return run_on_cpu(aten.grid_sampler_3d.default, *args)
     if result.numel() == 0:
         return torch.empty(result.shape, dtype=x.dtype, device=x.device)
-    out = _sample(x, grid, interpolation_mode, padding_mode, align_corners)  # [N, P, C]
+    out = _sample("grid_sampler_3d", x, grid, interpolation_mode, padding_mode, align_corners)  # [N, P, C]
+    return out.permute(0, 2, 1).to(x.dtype).reshape(result.shape)
+
+
+_DECOMPOSED_2D = decomp._kernel(aten.grid_sampler_2d.default, decomposition_table[aten.grid_sampler_2d.default])
+
+
+@impl("grid_sampler_2d")
+def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    """Bilinear and nearest as grid_sampler_3d on a volume of depth 1 (z = 0 reads its one plane with weight 1;
+    the corner past it is outside, skipped), so corners outside the image are skipped as aten does. torch's
+    decomposition (which ran here before) reads a clamped element for them and multiplies it by a zero weight:
+    an inf or NaN there made 0 * inf = NaN of every sample near the border. Bicubic keeps the decomposition."""
+    args = (x, grid, interpolation_mode, padding_mode, align_corners)
+    result = meta_result(aten.grid_sampler_2d.default, *args)
+    same_device(x, grid)
+    if x.dtype not in FLOATS or grid.dtype != x.dtype or interpolation_mode not in (0, 1) or \
+            x.numel() // max(1, x.shape[1]) >= _EXACT:
+        return _DECOMPOSED_2D(*args)
+    if result.numel() == 0:
+        return torch.empty(result.shape, dtype=x.dtype, device=x.device)
+    plane = torch.cat([grid, torch.zeros_like(grid[..., :1])], -1).unsqueeze(1)  # z = 0: the only plane
+    out = _sample("grid_sampler_2d", x.unsqueeze(2), plane, interpolation_mode, padding_mode, align_corners)
     return out.permute(0, 2, 1).to(x.dtype).reshape(result.shape)
