@@ -145,6 +145,30 @@ def test_causal_calls_the_kernels_cannot_take_match_cpu(dtype, qs, kvs, kw):
         close(d, c, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
+@pytest.mark.parametrize("shape", [(2, 2, 7, 16), (1, 2, 150, 32)])  # the short-sequence and the flash kernels
+def test_masked_rows_made_nan_by_an_inf_input_stay_nan(dtype, bad, shape):
+    """With a mask, a query row that an inf or NaN input makes NaN stays NaN (forward and backward), as on the CPU;
+    only rows whose mask drops every key become zeros. The op once told those rows by a NaN logsumexp, so an
+    input's NaN silently became a zero output."""
+    torch.manual_seed(7)
+    b, h, s, d = shape
+    q, k, v = (torch.randn(shape).to(dtype) for _ in range(3))
+    q[0, 1, 3, 2] = bad
+    mask = torch.rand(b, 1, s, s) > 0.3
+    mask[..., 0] = True
+    mask[-1, :, 5] = False  # every key dropped: zeros on both
+    got, want, grads, wants = run_both(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(got.cpu().float(), want.detach(), equal_nan=True, **TOL[dtype])
+    for name, g, w in zip("qkv", grads, wants):
+        g = g.cpu().float()
+        if name == "k" and bad == 1e20:  # dK = dS^T Q: 1e20 times dS's rounding on either side; finite where the CPU's
+            assert torch.equal(torch.isfinite(g), torch.isfinite(w))
+            continue
+        torch.testing.assert_close(g, w, equal_nan=True, **TOL[dtype])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_sixteen_bit_inputs(dtype):
     torch.manual_seed(2)

@@ -176,12 +176,13 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
     layouts, into = [], {}
     qkv = [_heads(t, name, layouts) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
     result = _written_in_place(q.shape, meta[0].stride(), q, "out", layouts, into)
+    kmask = _kernel_mask(attn_bias, q, skv, scale)
     outs = run("scaled_dot_product_attention", _kernels(sq, skv)[0], *qkv, scale=scale,
-               causal=bool(is_causal), mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into)
+               causal=bool(is_causal), mask=kmask, **_layouts(layouts), **into)
     out, lse = (result, outs[0]) if into else (outs[0].view(q.shape), outs[1])
     lse = lse.view(q.shape[:-1])
     if attn_bias is not None:
-        out, lse = _empty_rows(out, lse)
+        out, lse = _empty_rows(out, lse, kmask)
     out = _in_layout(out, meta[0])
     lse = lse if q.dim() == 4 else lse.unsqueeze(0)
     return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
@@ -290,9 +291,12 @@ def _layouts(layouts: list) -> dict:
     return {"layouts": tuple(layouts)} if layouts else {}
 
 
-def _empty_rows(out, lse):
-    """Rows with every key at -inf (the kernel's NaN): zero output and a +inf logsumexp (see the docstring)."""
-    empty = torch.isnan(lse) | torch.isneginf(lse)
+def _empty_rows(out, lse, mask):
+    """Rows whose mask has every key at -inf (the kernel's NaN): zero output and a +inf logsumexp (see the
+    docstring). Told by the mask, not by a NaN logsumexp: a row made NaN by an inf or NaN input stays NaN, as
+    on the CPU, instead of turning silently into zeros."""
+    empty = torch.isneginf(mask).all(-1).expand(lse.shape) if mask.dim() == 2 else \
+        torch.isneginf(mask).all(-1).view(lse.shape)
     out = torch.where(empty.unsqueeze(-1), torch.zeros((), dtype=out.dtype, device=out.device), out)
     return out, torch.where(empty, torch.full_like(lse, float("inf")), lse)
 
