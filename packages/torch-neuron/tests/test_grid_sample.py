@@ -1,6 +1,6 @@
 """grid_sample of 5-d inputs (aten grid_sampler_3d, torch_neuron.ops.grid_sample) against the CPU: trilinear
 and nearest, every padding mode, align_corners, coordinates far outside, half-way points, NaN/inf; and 4-d
-bilinear/nearest (grid_sampler_2d, the same sampler) with non-finite pixels."""
+bilinear/nearest/bicubic (grid_sampler_2d) with non-finite pixels."""
 
 import itertools
 
@@ -43,7 +43,10 @@ def test_grid_sample_3d_special_values(case):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
-@pytest.mark.parametrize("case", MODES, ids=str)
+MODES_2D = MODES + list(itertools.product(["bicubic"], ["zeros", "border", "reflection"], [False, True]))
+
+
+@pytest.mark.parametrize("case", MODES_2D, ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bad", [float("inf"), -float("inf"), float("nan"), 1e20])
 def test_grid_sample_2d_inf_stays_in_its_corners(case, dtype, bad):

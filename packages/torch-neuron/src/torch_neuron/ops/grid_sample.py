@@ -1,5 +1,5 @@
 """grid_sampler_3d (``grid_sample`` of 5-d inputs, trilinear and nearest) on the device, composed of neuron ops, and
-grid_sampler_2d's bilinear and nearest as the same sampler on a volume of depth 1.
+grid_sampler_2d: bilinear and nearest as the same sampler on a volume of depth 1, bicubic by its 4 x 4 taps.
 
 As aten's CPU kernel: each grid coordinate is unnormalized (``align_corners``), then clipped (border) or
 reflected and clipped (reflection); trilinear reads the 8 corners around it, each weighted by the product
@@ -45,6 +45,11 @@ def _reflect(c: torch.Tensor, twice_low: int, twice_high: int) -> torch.Tensor:
 def _source(coord: torch.Tensor, size: int, padding_mode: int, align_corners: bool) -> torch.Tensor:
     """aten's grid_sampler_compute_source_index: the grid coordinate in input pixels."""
     c = (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+    return _padded(c, size, padding_mode, align_corners)
+
+
+def _padded(c: torch.Tensor, size: int, padding_mode: int, align_corners: bool) -> torch.Tensor:
+    """aten's compute_coordinates: a pixel coordinate reflected and/or clipped by the padding mode."""
     if padding_mode == 2:  # reflection, then clipped as border
         c = _reflect(c, 0, 2 * (size - 1)) if align_corners else _reflect(c, -1, 2 * size - 1)
     if padding_mode in (1, 2):  # aten's clip is min(size - 1, max(c, 0)), which takes NaN to size - 1
@@ -115,23 +120,65 @@ def grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners):
     return out.permute(0, 2, 1).to(x.dtype).reshape(result.shape)
 
 
+def _cubic(t: torch.Tensor) -> list[torch.Tensor]:
+    """aten's get_cubic_upsample_coefficients (A = -0.75) of the fractions t."""
+    a = -0.75
+
+    def near(x):
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _bicubic(x: torch.Tensor, grid: torch.Tensor, padding_mode: int, align_corners: bool) -> torch.Tensor:
+    """[N, P, C] bicubic samples of x [N, C, H, W] as aten's CPU kernel: 4 x 4 taps around the unnormalized point,
+    each tap's coordinates padded on their own; a tap outside the image adds nothing (selected, not weighted
+    by 0: it reads a clamped pixel)."""
+    n, c, h, w = x.shape
+    p = grid.shape[1] * grid.shape[2]
+    g = contig(grid).float().view(n, p, 2)
+    ix = (g[..., 0] + 1) / 2 * (w - 1) if align_corners else ((g[..., 0] + 1) * w - 1) / 2
+    iy = (g[..., 1] + 1) / 2 * (h - 1) if align_corners else ((g[..., 1] + 1) * h - 1) / 2
+    x0, y0 = ix.floor(), iy.floor()
+    cx, cy = _cubic(ix - x0), _cubic(iy - y0)
+    taps = [(torch.zeros_like(x0), _padded(y0 + i - 1, h, padding_mode, align_corners),
+             _padded(x0 + j - 1, w, padding_mode, align_corners)) for i in range(4) for j in range(4)]
+    x_rows = contig(x.float().permute(0, 2, 3, 1)).reshape(n * h * w, c)
+    vals = [torch.where(ok, val, 0.0) for val, ok in _read("grid_sampler_2d", x_rows, taps, (1, h, w), n, p)]
+    return _interp1d([_interp1d(vals[4 * i:4 * i + 4], cx) for i in range(4)], cy)
+
+
+def _interp1d(vals, coeffs) -> torch.Tensor:
+    """aten's cubic_interp1d: v0 * c0 + v1 * c1 + v2 * c2 + v3 * c3, in that order."""
+    out = vals[0] * coeffs[0][..., None]
+    for v, cf in zip(vals[1:], coeffs[1:]):
+        out = out + v * cf[..., None]
+    return out
+
+
 _DECOMPOSED_2D = decomp._kernel(aten.grid_sampler_2d.default, decomposition_table[aten.grid_sampler_2d.default])
 
 
 @impl("grid_sampler_2d")
 def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
     """Bilinear and nearest as grid_sampler_3d on a volume of depth 1 (z = 0 reads its one plane with weight 1;
-    the corner past it is outside, skipped), so corners outside the image are skipped as aten does. torch's
-    decomposition (which ran here before) reads a clamped element for them and multiplies it by a zero weight:
-    an inf or NaN there made 0 * inf = NaN of every sample near the border. Bicubic keeps the decomposition."""
+    the corner past it is outside, skipped), bicubic by its 16 taps (``_bicubic``): corners and taps outside the
+    image are skipped as aten does. torch's decomposition (which ran here before) reads a clamped element for
+    them and multiplies it by a zero weight: an inf or NaN there made 0 * inf = NaN of every sample near the
+    border. Other dtypes keep the decomposition."""
     args = (x, grid, interpolation_mode, padding_mode, align_corners)
     result = meta_result(aten.grid_sampler_2d.default, *args)
     same_device(x, grid)
-    if x.dtype not in FLOATS or grid.dtype != x.dtype or interpolation_mode not in (0, 1) or \
-            x.numel() // max(1, x.shape[1]) >= _EXACT:
+    if x.dtype not in FLOATS or grid.dtype != x.dtype or x.numel() // max(1, x.shape[1]) >= _EXACT:
         return _DECOMPOSED_2D(*args)
     if result.numel() == 0:
         return torch.empty(result.shape, dtype=x.dtype, device=x.device)
-    plane = torch.cat([grid, torch.zeros_like(grid[..., :1])], -1).unsqueeze(1)  # z = 0: the only plane
-    out = _sample("grid_sampler_2d", x.unsqueeze(2), plane, interpolation_mode, padding_mode, align_corners)
+    if interpolation_mode == 2:
+        out = _bicubic(x, grid, padding_mode, align_corners)
+    else:
+        plane = torch.cat([grid, torch.zeros_like(grid[..., :1])], -1).unsqueeze(1)  # z = 0: the only plane
+        out = _sample("grid_sampler_2d", x.unsqueeze(2), plane, interpolation_mode, padding_mode, align_corners)
     return out.permute(0, 2, 1).to(x.dtype).reshape(result.shape)
