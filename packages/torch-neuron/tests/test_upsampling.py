@@ -1,4 +1,5 @@
-"""interpolate's backward on the neuron device (ops/upsample_backward.py) against PyTorch CPU: every mode and
+"""interpolate's backward on the neuron device (ops/upsample_backward.py) and its linear/cubic forwards
+(ops/upsample.py) against PyTorch CPU: every mode and
 dimensionality aten has a backward op for, integer, fractional and downsampling factors, explicit sizes,
 align_corners both ways, bf16 gradients, the grad_input= overload and explicit scales; strict (no fallback)."""
 
@@ -72,6 +73,30 @@ def test_interpolate_backward_inf_stays_in_its_taps(mode, dims, dtype, bad):
                 F.interpolate(dev, mode=mode, **kw).backward(g.to(DEV))
             torch.testing.assert_close(dev.grad.cpu(), cpu.grad, rtol=tol, atol=tol, equal_nan=True,
                                        msg=lambda m, kw=kw: f"{kw}: {m}")
+
+
+@pytest.mark.parametrize("mode,dims", [(m, d) for m, ds in MODES.items() for d in ds if "nearest" not in m])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
+def test_interpolate_inf_stays_in_its_taps(mode, dims, dtype, bad):
+    """A non-finite (or huge) input reaches only the outputs whose taps read it, as aten's forward: w0 * a + w1 * b
+    (inf where aten's is inf, NaN where aten multiplies it by a zero weight). torch's decomposition, which ran
+    here before, used i and i + 1 with weight 0 for a same-size map and a + (b - a) * w (inf - inf = NaN)."""
+    torch.manual_seed(0)
+    x = torch.randn((2, 3, 4, 6, 5)[:2 + dims]).to(dtype)
+    x.view(-1)[x.numel() // 3] = bad
+    tol = 1e-5 if dtype == torch.float32 else torch.finfo(dtype).eps  # 16 bits: one rounding of an fp32 sum
+    # a bicubic output sums terms of both signs up to twice the largest input: the CPU's fused multiply-adds
+    # round them otherwise, which shows against 1e20
+    atol = tol * 2 * float(x.float().abs().nan_to_num(0, 0, 0).max())
+    for size in (dict(scale_factor=2), dict(scale_factor=1.7), dict(scale_factor=0.5), "same"):
+        for align in (False, True):
+            kw = dict(size=x.shape[2:]) if size == "same" else dict(size)
+            want = F.interpolate(x.float(), mode=mode, align_corners=align, **kw).to(dtype)
+            with native():
+                got = F.interpolate(x.to(DEV), mode=mode, align_corners=align, **kw)
+            torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=atol, equal_nan=True,
+                                       msg=lambda m, kw=kw, align=align: f"{kw} align {align}: {m}")
 
 
 @pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])

@@ -130,7 +130,7 @@ def _cubic(t: torch.Tensor) -> list[torch.Tensor]:
     def far(x):
         return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
 
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    return [far(t + 1), near(t), near(1 - t), far((1 - t) + 1)]  # aten's x2 + 1.0, x2 = 1 - t
 
 
 def _bicubic(x: torch.Tensor, grid: torch.Tensor, padding_mode: int, align_corners: bool) -> torch.Tensor:

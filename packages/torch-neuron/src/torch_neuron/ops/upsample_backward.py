@@ -97,7 +97,7 @@ def _cubic_weights(t: torch.Tensor) -> list[torch.Tensor]:
     def far(x):  # 1 < |x| < 2
         return ((CUBIC_A * x - 5 * CUBIC_A) * x + 8 * CUBIC_A) * x - 4 * CUBIC_A
 
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    return [far(t + 1), near(t), near(1 - t), far((1 - t) + 1)]  # aten's x2 + 1.0, x2 = 1 - t
 
 
 def _cubic_taps(in_size, out_size, align_corners, scale) -> list:
