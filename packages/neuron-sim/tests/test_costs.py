@@ -728,7 +728,7 @@ def test_dma_estimates(p):
         isa.Memset(AP.sbuf("float32", 128, (512,), offset=100000), 1.0),
         isa.DmaCopy(AP.sbuf("bfloat16", 128, (1024,)), AP.hbm(0, "bfloat16", (128, 1024), row_stride=2048)),
         isa.DmaCopy(AP.sbuf("bfloat16", 4, (4096,), offset=4096), AP.hbm(0, "bfloat16", (4, 4096))),
-        isa.DmaCopy(AP.hbm(1, "float32", (64, 64)), AP.hbm(0, "bfloat16", (64, 128))),
+        isa.DmaCopy(AP.hbm(1, "float32", (64, 64)), AP.hbm(0, "bfloat16", (64, 64), row_stride=2048)),
         isa.DmaCopy(AP.sbuf("bfloat16", 128, (128,), offset=20000), el),
     ])
     plan = prepare_timing(prog, p)
