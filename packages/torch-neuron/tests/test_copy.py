@@ -1,6 +1,6 @@
 """Device copies and casts (``ops/copy.py`` and the movement kernels' casts) against PyTorch CPU: float -> int
 casts of every value class (NaN, inf and out-of-range values give the CPU's results, which are x86's: the
-range's minimum, whose low bits the narrow types keep) and float8 casts."""
+range's minimum, whose low bits the narrow types keep), float8 casts, and copy_'s overlap checks."""
 
 import math
 
@@ -62,3 +62,41 @@ def test_float8_casts_match_the_cpu(src, dst):
         got = x.to(DEV).to(dst)
     assert got.dtype == dst
     torch.testing.assert_close(got.cpu().float(), x.to(dst).float(), rtol=0, atol=0, equal_nan=True)
+
+
+OVERLAPS = {
+    "shift forward": lambda t: t[1:].copy_(t[:-1]),
+    "shift back": lambda t: t[:-1].copy_(t[1:]),
+    "itself": lambda t: t.copy_(t),
+    "the same view": lambda t: t[2:5].copy_(t[2:5]),
+    "disjoint halves": lambda t: t[:6].copy_(t[6:]),
+    "broadcast source inside": lambda t: t[0:2].copy_(t[1:2]),
+    "broadcast source outside": lambda t: t[1:3].copy_(t[0:1]),
+    "transposed, same range": lambda t: t.view(3, 4).t().copy_(t.view(4, 3)),
+    "strided source": lambda t: t[1:7].copy_(t[::2]),
+    "expanded destination": lambda t: t[:1].expand(3).copy_(t[3:6]),
+    "expanded size-1 destination": lambda t: t[:1].expand(1).copy_(t[3:4]),
+    "empty expanded destination": lambda t: t[:0].view(0, 1).expand(0, 3).copy_(t[:0].view(0, 1).expand(0, 3)),
+    "another dtype's view": lambda t: t[:4].view(torch.int32).copy_(t[2:6].view(torch.int32)),
+    "a cast": lambda t: t[:4].view(torch.int32).copy_(t[2:6]),
+    "a cast over the same range": lambda t: t[:4].view(torch.int32).copy_(t[:4]),
+}
+
+
+@pytest.mark.parametrize("name", list(OVERLAPS))
+def test_copy_overlap_checks_match_the_cpu(name):
+    """copy_ refuses a destination that writes an element twice or partly overlaps its (dense) source, as
+    TensorIterator does on the CPU; other overlaps copy as the CPU does."""
+    results = []
+    for device in ("cpu", DEV):
+        t = torch.arange(12.0, device=device)
+        try:
+            OVERLAPS[name](t)
+            results.append(t.cpu())
+        except RuntimeError as e:
+            results.append(str(e))
+    cpu, dev = results
+    if isinstance(cpu, str):
+        assert dev == cpu
+    else:
+        assert isinstance(dev, torch.Tensor) and torch.equal(dev, cpu)
