@@ -520,7 +520,7 @@ def test_engine_busy_accounting(p):
     assert res.engine_busy_ns["vector"] == pytest.approx((512 + 256) / p.vector_ghz, **EXACT)
     assert res.engine_busy_ns["scalar"] == pytest.approx(256 / p.scalar_ghz + p.act_table_load_ns, **EXACT)
     assert res.engine_busy_ns["tensor"] == 0 and res.engine_busy_ns["gpsimd"] == 0
-    dma = 4 * run_ns(p, 8192, hbm) + 64 * run_ns(p, 256, hbm2)
+    dma = 4 * run_ns(p, 8192, hbm) + p.dma_engines * run_ns(p, 64 * 64 * 4 / p.dma_engines, hbm2)  # one piece each
     assert res.engine_busy_ns["dma"] == pytest.approx(dma / p.dma_engines, **EXACT)
     assert res.engine_instructions == {"tensor": 0, "vector": 2, "scalar": 1, "gpsimd": 0, "dma": 2}
     assert res.dma_bytes == 4 * 2048 * 4 + 64 * 64 * 4
