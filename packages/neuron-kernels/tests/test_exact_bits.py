@@ -1,9 +1,10 @@
 """Exact kernels on bit patterns and wide integers against numpy: wide_sum.combine_bytes (int64 totals from
-byte sums), float_bits.nextafter/frexp (float32, bfloat16 and float16 bits), arange_f64 (double arithmetic
-rounded to float32, in exact integer steps)."""
+byte sums), float_bits.nextafter/frexp (float32, bfloat16 and float16 bits), float_bits.ldexp (x * 2**e rounded
+once), arange_f64 (double arithmetic rounded to float32, in exact integer steps)."""
 
 from fractions import Fraction
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -63,6 +64,41 @@ def test_nextafter_and_frexp_on_every_bit_pattern(data, fmt):
     assert np.array_equal(m[~nan].view(it), rm[~nan].view(it))
     finite = np.isfinite(x)
     assert np.array_equal(np.asarray(e)[finite], re[finite])
+
+
+LDEXP_DTYPES = {"float32": (np.float32, np.int32), "bfloat16": (ml_dtypes.bfloat16, np.int16),
+                "float16": (np.float16, np.int16)}
+
+
+@SETTINGS
+@given(data=st.data(), fmt=st.sampled_from(sorted(LDEXP_DTYPES)))
+def test_ldexp_is_exact_and_rounded_once(data, fmt):
+    """Every bit pattern times 2**e for e far beyond FP32's exponent range (2**e itself overflows or underflows
+    there), rounded once to the input's dtype: the float64 product (exact) rounded to it."""
+    ft, it = LDEXP_DTYPES[fmt]
+    width = 8 * np.dtype(it).itemsize
+    x = np.array(data.draw(st.lists(st.integers(-(2 ** (width - 1)), 2 ** (width - 1) - 1), min_size=64,
+                                    max_size=64)), it).view(ft)
+    x[:6] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5], np.float32).astype(ft)
+    e = np.array(data.draw(st.lists(st.one_of(st.integers(-330, 330), st.integers(-2 ** 31, 2 ** 31 - 1)),
+                                    min_size=64, max_size=64)), np.int32)
+    e[5] = -149  # 1.5 * 2**-149: a tie between two subnormals, to even
+    got = np.asarray(FB.ldexp(x, e))
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN inputs, overflowing products
+        ref = np.ldexp(x.astype(np.float64), np.clip(e, -1000, 1000)).astype(ft)
+    nan = np.isnan(ref.astype(np.float32))
+    assert got.dtype == np.dtype(ft) and np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    assert np.array_equal(got[~nan].view(it), ref[~nan].view(it))
+
+
+def test_ldexp_broadcasts_and_checks_its_operands():
+    x = np.array([[1.0], [3.0]], np.float32)
+    got = np.asarray(FB.ldexp(x, np.array([0, 100, -140], np.int32)))
+    assert np.array_equal(got, np.ldexp(x.astype(np.float64), [0, 100, -140]).astype(np.float32))
+    with pytest.raises(KernelError, match="int32"):
+        FB.ldexp(x, np.array([1], np.int64))
+    with pytest.raises(KernelError, match="float32, bfloat16 or float16"):
+        FB.ldexp(np.array([1], np.int32), np.array([1], np.int32))
 
 
 def _scaled(start: float, step: float):

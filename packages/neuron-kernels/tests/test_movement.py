@@ -70,6 +70,50 @@ def test_copy_casts_like_torch(shape, src, dst):
     assert_bits(got, ref)
 
 
+def x86_int_cast(x: np.ndarray, dst) -> np.ndarray:
+    """torch's CPU float -> int cast (x86 cvtt*): toward zero; NaN, +-inf and values outside int32's range
+    (int64's for int64) give that range's minimum, of which the narrower types keep the low bits."""
+    wide = np.dtype(np.int64) if np.dtype(dst) == np.int64 else np.dtype(np.int32)
+    t = np.trunc(x.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        ok = np.abs(t) < 2.0 ** (8 * wide.itemsize - 1)
+    return np.where(ok, t, np.iinfo(wide).min).astype(wide).astype(dst)  # int -> int wraps
+
+
+EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, 127.9, 128.0, -129.0, 255.9, 256.0,
+         -1.0, 32767.5, 32768.0, -32769.0, 65535.0, 65536.0, 40000.0, -40000.0, 70000.0, 2.0 ** 31, -2.0 ** 31,
+         2147483520.0, -2147483904.0, 3e9, -3e9, 1e19, 9.2e18, -9.3e18, 2.0 ** 63, -2.0 ** 63, 1e30, -1e30, 3.4e38]
+INT_DSTS = [np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64)]
+
+
+@SETTINGS
+@given(st.sampled_from(FLOATS), st.sampled_from(INT_DSTS), st.lists(st.floats(width=32), min_size=1, max_size=300))
+def test_float_to_int_casts_give_x86s_integer_indefinite(src, dst, values):
+    """Out of range, NaN and inf: torch's CPU values (x86), not the engines' saturating cast with NaN -> 0."""
+    with np.errstate(over="ignore"):
+        x = np.array(EDGES + values, np.float32).astype(src)
+    assert_bits(mv.copy(x, dst.name), x86_int_cast(x, dst))
+    out = np.zeros(2 * x.size, dst)  # the strided copy_ path
+    mv.strided_copy_(out, x, (x.size,), (2,), (1,))
+    assert_bits(np.ascontiguousarray(out[::2]), x86_int_cast(x, dst))
+    assert not out[1::2].any()
+
+
+@pytest.mark.parametrize("src", FLOATS + [np.dtype(ml_dtypes.float8_e5m2)] + [np.dtype(t) for t in (
+    np.int16, np.int32, np.int64, np.uint8)])
+def test_float8_e4m3fn_casts_saturate_at_448(src):
+    """torch saturates float8_e4m3fn at +-448 (inf too, NaN stays NaN); a DMA's cast (ml_dtypes) gives NaN from 464."""
+    big = [440.0, 448.0, 449.0, 463.9, 464.0, 464.1, 470.0, 479.9, 480.0, 500.0, 1e4, 57344.0, 3e38, np.inf, np.nan]
+    vals = np.array(big + [-v for v in big] + [0.0, 1.0, 3.3, -0.01, 2.0 ** -9, 2.0 ** -10], np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # the float16 / e5m2 casts of the largest values
+        x = np.clip(vals, -2e4, 2e4).astype(src) if kind(src) in "iu" else vals.astype(src)
+    e4 = np.dtype(ml_dtypes.float8_e4m3fn)
+    ref = np.clip(x.astype(np.float32), -448, 448).astype(e4)  # numpy's clip keeps NaN
+    got = mv.copy(x, "float8_e4m3fn")
+    assert got.dtype == e4
+    np.testing.assert_array_equal(got.astype(np.float32), ref.astype(np.float32))  # NaN == NaN here
+
+
 def test_copy_of_empty_and_0d():
     assert_bits(mv.copy(np.zeros((0, 5), np.float32)), np.zeros((0, 5), np.float32))
     assert_bits(mv.copy(np.array(3.5, np.float32), "int32"), np.array(3, np.int32))

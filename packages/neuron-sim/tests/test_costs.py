@@ -631,9 +631,12 @@ def _dma_cases(p):
          (16 * 16 * 4, 32, 64, 1, chip, False)),
         (isa.DmaCopy(AP.sbuf("float32", 8, (4,), start=16), AP.psum("float32", 8, (4,), start=40)),  # a tie: dst
          (8 * 4 * 4, 16, 8, 1, chip, False)),
-        # HBM to HBM: no on-chip side (rows over every engine), half the HBM share
-        (isa.DmaCopy(AP.hbm(1, "float32", (32, 128)), AP.hbm(0, "float32", (64, 64))),
+        # HBM to HBM: no on-chip side (rows over every engine), half the HBM share; one contiguous range on
+        # both sides is one piece per engine however the rows cut it
+        (isa.DmaCopy(AP.hbm(1, "float32", (32, 128)), AP.hbm(0, "float32", (64, 64), row_stride=128)),
          (64 * 64 * 4, -1, 64, 1, hbm2, True)),
+        (isa.DmaCopy(AP.hbm(1, "float32", (32, 128)), AP.hbm(0, "float32", (64, 64))),
+         (64 * 64 * 4, -1, p.dma_engines, 1, hbm2, True)),
         # a cast moves the wider itemsize
         (isa.DmaCopy(AP.sbuf("bfloat16", 64, (64,)), AP.hbm(0, "float32", (64, 64))),
          (64 * 64 * 4, 0, 64, 1, hbm, True)),
@@ -728,7 +731,7 @@ def test_dma_estimates(p):
         isa.Memset(AP.sbuf("float32", 128, (512,), offset=100000), 1.0),
         isa.DmaCopy(AP.sbuf("bfloat16", 128, (1024,)), AP.hbm(0, "bfloat16", (128, 1024), row_stride=2048)),
         isa.DmaCopy(AP.sbuf("bfloat16", 4, (4096,), offset=4096), AP.hbm(0, "bfloat16", (4, 4096))),
-        isa.DmaCopy(AP.hbm(1, "float32", (64, 64)), AP.hbm(0, "bfloat16", (64, 128))),
+        isa.DmaCopy(AP.hbm(1, "float32", (64, 64)), AP.hbm(0, "bfloat16", (64, 64), row_stride=2048)),
         isa.DmaCopy(AP.sbuf("bfloat16", 128, (128,), offset=20000), el),
     ])
     plan = prepare_timing(prog, p)

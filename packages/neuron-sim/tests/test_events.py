@@ -317,8 +317,8 @@ def test_partitions_choose_the_engines(p):
 def test_hbm_to_hbm_spreads_rows_over_every_engine(p, rows):
     """No on-chip side: rows / dma_engines rows per engine (a fraction when fewer rows than engines) at half the
     HBM share (every byte read and written there); the reads pass through the queue's window."""
-    args = [TensorArg("a", (rows, 64), "float32"), TensorArg("b", (rows, 64), "float32", "out")]
-    ins = isa.DmaCopy(AP.hbm(1, "float32", (rows, 64)), AP.hbm(0, "float32", (rows, 64)))
+    args = [TensorArg("a", (rows, 128), "float32"), TensorArg("b", (rows, 64), "float32", "out")]
+    ins = isa.DmaCopy(AP.hbm(1, "float32", (rows, 64)), AP.hbm(0, "float32", (rows, 64), row_stride=128))
     _, res = timed(Program("hh", args, [ins]), p)
     _, _, hbm2 = bandwidths(p)
     per_engine = rows / p.dma_engines
@@ -328,6 +328,27 @@ def test_hbm_to_hbm_spreads_rows_over_every_engine(p, rows):
                 window_ns(p, per_engine * 256)) for j in range(n)]
     assert span(res, p) == pytest.approx(max(ends), **EXACT)
     assert res.engine_busy_ns["dma"] == pytest.approx(rows * run_ns(p, 256, hbm2) / p.dma_engines, **EXACT)
+
+
+@by_profile
+@pytest.mark.parametrize("rows,row", [(65536, 1), (16, 4096), (4, 16384)])
+def test_contiguous_hbm_to_hbm_is_one_piece_per_engine(p, rows, row):
+    """HBM to HBM in one contiguous range on both sides costs the same however its pattern cuts it into rows (a
+    copy viewed as 65536 one-element rows is not 65536 descriptors): one piece per engine, fewer when the
+    pattern has fewer rows than engines (spread over every engine like rows)."""
+    n = rows * row
+    args = [TensorArg("a", (n,), "float32"), TensorArg("b", (n,), "float32", "out")]
+    ins = isa.DmaCopy(AP.hbm(1, "float32", (rows, row)), AP.hbm(0, "float32", (rows, row)))
+    _, res = timed(Program("hh", args, [ins]), p)
+    _, _, hbm2 = bandwidths(p)
+    pieces = min(rows, p.dma_engines)
+    piece = n * 4 / pieces
+    i, engines = issue(p, pieces), p.dma_engines
+    per_engine = pieces / engines
+    ends = [max(max(p.dma_fixed_ns, i * (j + 1) / engines) + per_engine * run_ns(p, piece, hbm2),
+                window_ns(p, per_engine * piece)) for j in range(engines)]
+    assert span(res, p) == pytest.approx(max(ends), **EXACT)
+    assert res.engine_busy_ns["dma"] == pytest.approx(pieces * run_ns(p, piece, hbm2) / p.dma_engines, **EXACT)
 
 
 @by_profile
@@ -499,7 +520,7 @@ def test_engine_busy_accounting(p):
     assert res.engine_busy_ns["vector"] == pytest.approx((512 + 256) / p.vector_ghz, **EXACT)
     assert res.engine_busy_ns["scalar"] == pytest.approx(256 / p.scalar_ghz + p.act_table_load_ns, **EXACT)
     assert res.engine_busy_ns["tensor"] == 0 and res.engine_busy_ns["gpsimd"] == 0
-    dma = 4 * run_ns(p, 8192, hbm) + 64 * run_ns(p, 256, hbm2)
+    dma = 4 * run_ns(p, 8192, hbm) + p.dma_engines * run_ns(p, 64 * 64 * 4 / p.dma_engines, hbm2)  # one piece each
     assert res.engine_busy_ns["dma"] == pytest.approx(dma / p.dma_engines, **EXACT)
     assert res.engine_instructions == {"tensor": 0, "vector": 2, "scalar": 1, "gpsimd": 0, "dma": 2}
     assert res.dma_bytes == 4 * 2048 * 4 + 64 * 64 * 4

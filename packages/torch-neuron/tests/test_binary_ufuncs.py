@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
@@ -370,3 +370,34 @@ def test_pow_rounds_python_float_operands_to_the_reduced_dtype(strict, dtype):
     for v in (2.3, 0.3, 1.9, 3.3):
         for fn in (lambda a, v=v: torch.pow(a, v), lambda a, v=v: torch.pow(v, a)):
             torch.testing.assert_close(fn(x.to("neuron")).cpu(), fn(x), rtol=0, atol=0)
+
+
+FLOOR_TRUNC = {
+    "floor_divide": lambda a, b: torch.floor_divide(a, b),
+    "div floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "div trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "//=": lambda a, b: a.clone().floor_divide_(b),
+    "div_ trunc": lambda a, b: a.clone().div_(b, rounding_mode="trunc"),
+}
+
+
+@pytest.mark.parametrize("name", list(FLOOR_TRUNC))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(divisor=st.floats(1e-3, 50).map(lambda v: round(v, 3)), negative=st.booleans(), as_tensor=st.booleans())
+@example(divisor=0.1, negative=False, as_tensor=False)
+def test_floor_and_trunc_division_read_a_float_scalar_divisor_at_full_precision(strict, name, dtype, divisor,
+                                                                                   negative, as_tensor):
+    """The CPU divides a bfloat16/float16 tensor by a Python float (or 0-d tensor) divisor at its float32 value:
+    float16(1.0) // 0.1 is 9; the divisor rounded to the dtype (0.0999755859375) gave 10."""
+    fn = FLOOR_TRUNC[name]
+    noise = torch.randn(200, generator=torch.Generator().manual_seed(1)) * 10
+    x = torch.cat([torch.tensor([1.0, 3.0, 0.3, -1.0, 7.0]), noise]).to(dtype)
+    b = -divisor if negative else divisor
+    b = torch.tensor(b) if as_tensor else b
+    got = fn(x.to("neuron"), neuron(b))
+    expected = fn(x, b)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0, equal_nan=True)
+    if name == "floor_divide" and dtype == torch.float16 and b == 0.1:
+        assert got.cpu()[0].item() == 9.0

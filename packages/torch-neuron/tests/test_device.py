@@ -108,10 +108,8 @@ def test_copy_between_overlapping_views():
     x[1:] = x[:-1].clone()
     torch.testing.assert_close(y.cpu(), x)
     y = torch.arange(10.0).to("neuron")
-    y[2:].copy_(y[:-2])
-    x = torch.arange(10.0)
-    x[2:].copy_(x[:-2].clone())
-    torch.testing.assert_close(y.cpu(), x)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):  # as on the CPU (test_copy.py)
+        y[2:].copy_(y[:-2])
 
 
 def test_copy_between_devices():

@@ -1,5 +1,5 @@
-"""nextafter and frexp on the neuron device (bit arithmetic on the float bits) against PyTorch CPU, bit for bit:
-every float32 bit pattern class (±0, subnormals, normals, ±inf, NaN), bfloat16 and float16, broadcasting,
+"""nextafter, frexp and ldexp on the neuron device (bit arithmetic on the float bits) against PyTorch CPU, bit for
+bit: every float32 bit pattern class (±0, subnormals, normals, ±inf, NaN), bfloat16 and float16, broadcasting,
 0-d operands, in-place, out= and empty tensors."""
 
 import pytest
@@ -107,3 +107,61 @@ def test_float64_and_integers_take_the_cpu_path():
         "frexp.Tensor", 0)
     with pytest.raises(RuntimeError):
         torch.frexp(torch.tensor([1, 2]).to(DEV))
+
+
+EXPONENTS = {torch.int64: (-2 ** 40, 2 ** 40), torch.int32: (-2 ** 31, 2 ** 31 - 1), torch.int16: (-400, 400),
+             torch.int8: (-128, 127), torch.uint8: (0, 255)}
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(list(BITS)), edtype=st.sampled_from(list(EXPONENTS)))
+def test_ldexp_with_integer_exponents_is_cs_ldexp(data, dtype, edtype):
+    """x * 2**e exact and rounded once, as the CPU's ldexp(x, int(e)) (an int64 e: its low 32 bits), for e where
+    2**e itself overflows or underflows the dtype: ldexp(0.01, 17) is 1311 in float16, not inf."""
+    x = floats(data, dtype, 64)
+    lo, hi = EXPONENTS[edtype]
+    near = data.draw(st.lists(st.integers(max(lo, -300), min(hi, 300)), min_size=64, max_size=64))
+    far = data.draw(st.lists(st.integers(lo, hi), min_size=64, max_size=64))
+    e = torch.tensor([a if i % 4 else b for i, (a, b) in enumerate(zip(near, far))], dtype=edtype)
+    with native("ldexp"):
+        got = torch.ldexp(x.to(DEV), e.to(DEV))
+    same_bits(got, torch.ldexp(x, e))
+
+
+def test_ldexp_of_the_fuzzers_cases_and_overloads():
+    x16 = torch.tensor([1.024, 0.01, 60000.0, 3e-5], dtype=torch.float16)
+    e = torch.tensor([7, 17, -30, 24])
+    with native("ldexp"):
+        got = torch.ldexp(x16.to(DEV), e.to(DEV))
+        inplace = x16.to(DEV)
+        inplace.ldexp_(e.to(DEV))
+        out = torch.empty(0, dtype=torch.float16, device=DEV)
+        torch.ldexp(x16.to(DEV), e.to(DEV), out=out)
+        bcast = torch.ldexp(torch.tensor([[1e-30], [2.0]], device=DEV), torch.tensor(130, device=DEV))
+    same_bits(got, torch.ldexp(x16, e))
+    assert got.cpu()[:2].tolist() == [131.125, 1311.0]
+    same_bits(inplace, torch.ldexp(x16, e))
+    same_bits(out, torch.ldexp(x16, e))
+    same_bits(bcast, torch.ldexp(torch.tensor([[1e-30], [2.0]]), torch.tensor(130)))
+    empty = torch.ldexp(torch.empty(0, 3, device=DEV), torch.tensor([1, 2, 3], device=DEV))
+    assert empty.shape == (0, 3)
+
+
+@pytest.mark.parametrize("args", [
+    (torch.tensor([0.01, 3.0], dtype=torch.float16), torch.tensor([17.0, 1.5], dtype=torch.float16)),  # 2**e in fp16
+    (torch.tensor([0.01, 3.0], dtype=torch.float16), torch.tensor([17.0, 1.5])),
+    (torch.tensor([1e-30, 3.0]), torch.tensor([130.0, 0.5])),  # 2**130 overflows float32 first, as on the CPU
+    (torch.tensor([2 ** 20, 3]), torch.tensor([-100, 2])),  # integer self: float32 result
+], ids=["fp16 exponents", "fp32 exponents", "fp32", "integers"])
+def test_ldexp_with_other_operands_is_self_times_pow2(args):
+    got = torch.ldexp(*(a.to(DEV) for a in args))
+    expect = torch.ldexp(*args)
+    assert got.dtype == expect.dtype
+    torch.testing.assert_close(got.cpu(), expect, equal_nan=True)
+
+
+def test_ldexp_float64_and_bool_exponents_take_the_cpu_path():
+    same_bits(torch.ldexp(torch.tensor([1e-300], dtype=torch.float64).to(DEV), torch.tensor([1100]).to(DEV)),
+              torch.ldexp(torch.tensor([1e-300], dtype=torch.float64), torch.tensor([1100])))
+    with pytest.raises(NotImplementedError):  # the CPU's own error
+        torch.ldexp(torch.tensor([1.5], device=DEV), torch.tensor([True], device=DEV))

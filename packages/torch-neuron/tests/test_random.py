@@ -123,6 +123,31 @@ def test_bernoulli_tensor_probabilities():
     assert set(target.cpu().unique().tolist()) <= {0, 1}
 
 
+P_OUT_OF_RANGE = {
+    "above 1": lambda d: torch.bernoulli(torch.tensor([0.5, 1.5], device=d)),
+    "below 0": lambda d: torch.zeros(3, device=d).bernoulli_(torch.tensor([0.1, -0.5, 0.2], device=d)),
+    "nan": lambda d: torch.bernoulli(torch.tensor([[0.5], [math.nan]], device=d)),
+    "tiny negative, bfloat16": lambda d: torch.bernoulli(torch.tensor([0.5, -1e-30], dtype=torch.bfloat16, device=d)),
+    "out=": lambda d: torch.bernoulli(torch.tensor([2.0], device=d), out=torch.empty(1, device=d)),
+    "broadcast p": lambda d: torch.zeros(2, 3, device=d).bernoulli_(torch.tensor([1.0, 1.01, 0.0], device=d)),
+}
+
+
+@pytest.mark.parametrize("case", list(P_OUT_OF_RANGE))
+def test_bernoulli_probabilities_outside_0_1_raise_like_the_cpu(case):
+    """The CPU refuses them (RuntimeError); the device drew from them (p >= 1 always 1)."""
+    with pytest.raises(RuntimeError):
+        P_OUT_OF_RANGE[case]("cpu")
+    with pytest.raises(RuntimeError, match=r"expects all elements of p to be in \[0, 1\], but found p="):
+        P_OUT_OF_RANGE[case](DEV)
+
+
+def test_bernoulli_edges_0_and_1_and_empty_draws_are_fine():
+    b = torch.bernoulli(torch.tensor([0.0, -0.0, 1.0], device=DEV)).cpu()
+    assert b.tolist() == [0.0, 0.0, 1.0]
+    assert torch.empty(0, device=DEV).bernoulli_(torch.tensor([1.5], device=DEV)).numel() == 0  # as on the CPU
+
+
 # -- random_ / randint -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("low, high, dtype", [(0, 10, torch.int64), (-5, 3, torch.int32), (0, 256, torch.uint8),
                                               (-128, 128, torch.int8), (0, 1000, torch.float32),

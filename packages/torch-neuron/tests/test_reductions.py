@@ -475,6 +475,49 @@ def test_vector_norm_orders_and_dtype():
     check(tuple(got), tuple(ref), torch.bfloat16)
 
 
+MOMENTS = {
+    "var": lambda x, d, k: torch.var(x, d, keepdim=k),
+    "std": lambda x, d, k: torch.std(x, d, keepdim=k),
+    "std0": lambda x, d, k: torch.std(x, d, correction=0, keepdim=k),
+    "var_mean": lambda x, d, k: torch.var_mean(x, d, keepdim=k)[0],
+    "std_mean": lambda x, d, k: torch.std_mean(x, d, keepdim=k)[0],
+    "std all": lambda x, d, k: torch.std(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOMENTS))
+@settings(max_examples=12, deadline=None)
+@given(case=shape_and_dims(), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+       exponent=st.one_of(st.integers(-35, -15), st.integers(17, 34)))
+def test_var_std_of_huge_and_tiny_values_like_the_cpu(name, case, dtype, exponent):
+    """The CPU accumulates float32 moments in double: squared deviations of values from ~1.8e19 up (and below
+    ~1e-19) left FP32's range, giving inf (0) where the CPU's std is finite. Relative tolerance, and one
+    subnormal ulp for variances that land among the subnormals."""
+    shape, dims, keepdim = case
+    x = (data(shape, seed=exponent % 7) * 10.0 ** exponent).to(dtype)
+    with native():
+        got = MOMENTS[name](x.to(DEV), dims, keepdim)
+    ref = MOMENTS[name](x, dims, keepdim)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    info = torch.finfo(dtype)
+    torch.testing.assert_close(got.cpu(), ref, rtol=TOL[dtype][0], atol=info.tiny * info.eps, equal_nan=True)
+
+
+@pytest.mark.parametrize("ord", [2, 3, 0.5, 1, -1, -2, math.inf, 0])
+def test_vector_norm_of_one_element_is_its_magnitude(ord):
+    """torch's CPU gives |x| when one element is reduced: |x|**ord overflowed (2e19 ** 2) or underflowed on the
+    device for values the result holds."""
+    v = torch.tensor([1e-30, -3e-39, 1.4e-45, -2e19, 3e38, math.nan, -math.inf, 0.0, -0.0, 1.5])
+    with native():
+        got = [torch.linalg.vector_norm(v.to(DEV)[i:i + 1], ord) for i in range(v.numel())]
+        rows = torch.linalg.vector_norm(v.to(DEV).view(-1, 1), ord, dim=1, keepdim=True)
+        bf16 = torch.linalg.vector_norm(v.to(DEV).to(torch.bfloat16).view(-1, 1, 1), ord, dim=(1, 2))
+    for i, g in enumerate(got):
+        check(g, torch.linalg.vector_norm(v[i:i + 1], ord), torch.float64)  # exact
+    check(rows, torch.linalg.vector_norm(v.view(-1, 1), ord, dim=1, keepdim=True), torch.float64)
+    check(bf16, torch.linalg.vector_norm(v.to(torch.bfloat16).view(-1, 1, 1), ord, dim=(1, 2)), torch.float64)
+
+
 # -- autograd -------------------------------------------------------------------------------------------
 GRADS = {
     "sum": lambda x: x.sum(1).pow(2).sum(),

@@ -89,6 +89,19 @@ def test_unary_random_bit_patterns(name):
     check(f(x.to("neuron")), f(x))
 
 
+def test_digamma_of_subnormals_overflows_where_the_cpu_does():
+    """digamma(x) ~ -1/x near 0: the CPU's pi / tan(pi x) (in double) overflows from |x| <= 2**-128 on, where the
+    device's FP32 pi x lost digits and stayed at FLT_MAX. Every subnormal around that edge, both signs."""
+    edge = torch.tensor(2.0 ** -128).view(torch.int32).item()
+    bits = torch.cat([torch.arange(edge - 20000, edge + 20000, dtype=torch.int32),
+                      torch.arange(1, 2 ** 23, 4099, dtype=torch.int32)])
+    x = torch.cat([bits.view(torch.float32), -bits.view(torch.float32)])
+    got, ref = torch.digamma(x.to("neuron")).cpu(), torch.digamma(x)
+    assert torch.equal(got.isinf(), ref.isinf()) and torch.equal(got.isnan(), ref.isnan())
+    assert torch.equal(got[ref.isinf()], ref[ref.isinf()])
+    check(got.to("neuron"), ref)
+
+
 def test_sinh_cosh_near_overflow():
     x = torch.tensor([88.5, 88.8, 89.1, 89.4, -88.9, -89.3, 89.5, -90.0])
     for f in (torch.sinh, torch.cosh):

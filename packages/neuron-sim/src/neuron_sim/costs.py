@@ -255,7 +255,8 @@ def dma(opcode: str, ops, profile) -> Dma:
     bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies, transposes and gathers,
     src for scatters (the table side of an indirect DMA is the whole table). The on-chip side (the wider one when
     both are on chip) decides the engines: partition p is served by engine p // dma_partitions_per_engine
-    [DMA-OV]; with no on-chip side (HBM to HBM) the rows spread over every engine. Runs per partition: the
+    [DMA-OV]; with no on-chip side (HBM to HBM) the rows spread over every engine, and a transfer that is one
+    contiguous range on both sides is one piece per engine. Runs per partition: the
     contiguous runs of each side as stored, the larger count (one descriptor per run); indirect DMAs have one
     table row per tile partition. Bandwidth per engine: dma_engine_bytes_per_ns, capped at the engine's share of
     the core's HBM bandwidth when HBM is involved (half of it from HBM to HBM, which reads and writes every byte
@@ -288,6 +289,10 @@ def dma(opcode: str, ops, profile) -> Dma:
     else:  # indirect: one table row per tile partition
         table = dst if opcode == "dma_scatter" else src
         runs = np.maximum(_runs(tile), tile.partitions * _per_row(table))
+    # HBM to HBM in one run on each side (however the pattern cuts it into rows): one contiguous range, cut into
+    # one piece per engine rather than one per (possibly one-element) row
+    whole = ~(dst.on_chip | src.on_chip) & (runs == 1)
+    parts = np.where(whole, np.minimum(parts, profile.dma_engines), parts)
     runs_pp = np.maximum(-(-runs // np.maximum(parts, 1)), 1)
     return Dma(nbytes.astype(np.int64), p0.astype(np.int64), parts.astype(np.int64), runs_pp.astype(np.int64),
                bw.astype(np.float64), (src.space == HBM) & src.present)

@@ -14,6 +14,13 @@ negative exactly when its sign bit is set, and ``mag = bits & MAX_MAG`` is the m
   values) is normalised into [2**MB, 2**(MB+1)) by a binary search of left shifts (``s`` bits), then
   ``e = max(E, 1) - (BIAS - 1) - s`` and m's bits are x's sign, exponent BIAS - 1 and the shifted fraction.
   Zero, inf and NaN give (x, 0) like C's frexp.
+- ldexp(x, e) = x * 2**e rounded once (C's ldexp), for float32/bfloat16/float16 x and int32 e: e is clamped to
+  [-300, 300] (beyond it every finite nonzero value overflows or underflows anyway) and split into three steps
+  in [-126, 127], each a normal power of two built from its exponent bits, ``(s + 127) << 23``, and multiplied
+  in FP32. Only the last multiply can round: positive steps are exact until they overflow (then so does the
+  result), and before a negative last step (-126 when e < -126) every value that can round to nonzero is at
+  least 2**-24, a normal float. bfloat16/float16 values have at most 11 significant bits, so their FP32
+  products are exact wherever the store's rounding to their dtype can tell.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from ..errors import KernelError
 from ..jit import kernel
 from .elementwise import TILE_BYTES, Operand, broadcast_shapes, emit, operand, run_elementwise, val
 
-__all__ = ["nextafter", "frexp"]
+__all__ = ["frexp", "ldexp", "nextafter"]
 
 I32, U8 = DType.int32, DType.uint8
 G = Engine.GPSIMD
@@ -165,3 +172,47 @@ def frexp(input, fmt="float32", tile_bytes=TILE_BYTES[0]):
     a = _bits_operand(input, f, "frexp", "input")
     body = lambda ctx, ins: _frexp_body(ctx, ins[0], f)  # noqa: E731
     return run_elementwise("frexp", a.shape, [a], [f.bits, I32], body, tile_bytes, 40)
+
+
+_LDEXP_CLAMP = 300
+_POW2_STEP = (-126, 127)  # the exponents of normal FP32 powers of two
+
+
+def _pow2(ctx, s):
+    """2**s (FP32) for int32 s in [-126, 127]: the exponent bits alone."""
+    t = ctx.tile(I32)
+    nisa.tensor_scalar(t, val(s).full, Alu.add, 127, op1=Alu.left_shift, operand1=23, engine=G)
+    return t.with_dtype(DType.float32)
+
+
+def _clamp(ctx, e, lo: int, hi: int):
+    t = ctx.tile(I32)
+    nisa.tensor_scalar(t, val(e).full, Alu.max, lo, op1=Alu.min, operand1=hi, engine=G)
+    return t
+
+
+def _ldexp_body(ctx, x, e):
+    e = _clamp(ctx, e, -_LDEXP_CLAMP, _LDEXP_CLAMP)
+    last = _clamp(ctx, e, *_POW2_STEP)
+    rest = _op(ctx, e, last, Alu.subtract)
+    second = _clamp(ctx, rest, *_POW2_STEP)
+    y = val(x).full
+    for step in (_op(ctx, rest, second, Alu.subtract), second, last):  # the one that can round goes last
+        out = ctx.tile(DType.float32)
+        nisa.tensor_tensor(out, y, _pow2(ctx, step), Alu.multiply, engine=Engine.VECTOR)
+        y = out
+    return [y]
+
+
+@kernel(tunables={"tile_bytes": TILE_BYTES})
+def ldexp(input, exponent, tile_bytes=TILE_BYTES[0]):
+    """input * 2**exponent as C's ldexp (exact, rounded once into input's dtype) for a float32/bfloat16/float16
+    input and an int32 exponent (broadcasting)."""
+    a, b = operand(input, "ldexp", "input"), operand(exponent, "ldexp", "exponent")
+    if a.is_scalar or a.dtype.name not in FORMATS:
+        raise KernelError(f"ldexp: input must be a float32, bfloat16 or float16 tensor, got {input!r}")
+    if b.is_scalar or b.dtype is not I32:
+        raise KernelError(f"ldexp: exponent must be an int32 tensor, got {exponent!r}")
+    shape = broadcast_shapes(a.shape, b.shape, op="ldexp")
+    body = lambda ctx, ins: _ldexp_body(ctx, ins[0], ins[1])  # noqa: E731
+    return run_elementwise("ldexp", shape, [a, b], [a.dtype], body, tile_bytes, 12)[0]

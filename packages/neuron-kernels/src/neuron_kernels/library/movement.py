@@ -51,7 +51,7 @@ import itertools
 import math
 
 import neuron_kernels as nk
-from neuron_hal import DType
+from neuron_hal import Alu, DType
 from neuron_kernels import isa as nisa
 from neuron_kernels import language as nl
 from neuron_kernels.errors import KernelError
@@ -621,12 +621,62 @@ def _flat(t: View, offset: int, n: int, dtype=None) -> View:
     return _hbm(t, offset, [(n, 1)], dtype)
 
 
-def _trunc_to_int(out: View, x: View, tile_bytes: int) -> None:
-    """out = x cast to an integer dtype rounding toward zero (torch): ``x - fmod(x, 1)`` on the engines in
-    FP32, then the store DMA casts the (integral) values exactly; out-of-range values saturate."""
+# float -> int as torch's CPU casts on x86 (cvtt*: toward zero; NaN, inf and out-of-range values give the
+# "integer indefinite", the range's minimum): int64 through int64, the narrower types through int32, whose
+# low bits int8/int16/uint8/uint16 keep (C's conversion through int). The engines' and DMAs' own casts
+# saturate and send NaN to 0 (the hardware's), so the kernels fix those values up. uint32/uint64 keep the
+# saturating cast: torch's own CPU results for their out-of-range values differ between its vectorized and
+# scalar loops, so there is no one behaviour to match.
+_INDEFINITE = {DType.int8: 31, DType.uint8: 31, DType.int16: 31, DType.uint16: 31, DType.int32: 31, DType.int64: 63}
+_E4M3FN_MAX = 448.0
+
+
+def _engine_cast(src: DType, dst: DType) -> bool:
+    """Whether ``src -> dst`` needs the engines to match torch (a DMA's cast alone does not)."""
+    return (src.is_float and dst.kind in "iu") or _saturates_e4m3fn(src, dst)
+
+
+def _saturates_e4m3fn(src: DType, dst: DType) -> bool:
+    """torch saturates float8_e4m3fn casts at +-448 (inf too); the DMA (ml_dtypes) gives NaN from 464 on."""
+    return dst is DType.float8_e4m3fn and src not in (DType.float8_e4m3fn, DType.bool_, DType.int8, DType.uint8)
+
+
+def _trunc_tile(t: View, engines: list, turn: int, out_dtype: DType) -> View:
+    """A tile of ``t`` rounded toward zero in FP32, with x86's integer indefinite (``-2**bits``) where
+    ``|t| >= 2**bits`` or NaN: an FP32 tile for int64 and the unsigned 32/64-bit types, else int32."""
+    frac = nl.ndarray(t.shape, nl.float32, name="cast_frac")
+    nisa.tensor_scalar(frac, t, Alu.mod, 1.0, engine=engines[turn % len(engines)])
+    r = nl.ndarray(t.shape, nl.float32, name="cast_trunc")
+    nisa.tensor_tensor(r, t, frac, Alu.subtract, engine=nisa.vector_engine if turn % 2 else nisa.gpsimd_engine)
+    bits = _INDEFINITE.get(out_dtype)
+    if bits is None:
+        return r
+    ok = nl.ndarray(t.shape, nl.uint8, name="cast_ok")  # |t| < 2**bits (NaN compares false)
+    nisa.tensor_scalar(ok, t, Alu.abs_max, 0.0, op1=Alu.less, operand1=2.0 ** bits,
+                       engine=engines[(turn + 1) % len(engines)])
+    res = nl.ndarray(t.shape, nl.float32 if bits == 63 else nl.int32, name="cast_out")
+    nisa.select(res, ok, r, -2.0 ** bits)  # integers of the tile's range: exact casts
+    return res
+
+
+def _saturate_tile(t: View, engines: list, turn: int, out_dtype: DType) -> View:
+    """A tile of ``t`` clamped to +-448 in FP32 (IEEE min/max keep NaN), for the store's float8_e4m3fn cast."""
+    r = nl.ndarray(t.shape, nl.float32, name="cast_sat")
+    nisa.tensor_scalar(r, t, Alu.min, _E4M3FN_MAX, op1=Alu.max, operand1=-_E4M3FN_MAX,
+                       engine=engines[turn % len(engines)])
+    return r
+
+
+def _torch_cast(out: View, x: View, tile_bytes: int) -> None:
+    """out = x (contiguous, same numel) cast as torch casts where the DMA's cast differs (``_engine_cast``):
+    each tile is loaded, fixed up on the engines in FP32, and stored (the store DMA casts exactly)."""
+    if x.dtype.itemsize == 8:  # int64 -> float8_e4m3fn: the engines take at most 32 bits; FP32 is enough
+        wide, x = x, _scratch(x.shape, DType.float32)
+        _move(x, wide, tile_bytes)
+    tile_fn = _saturate_tile if out.dtype is DType.float8_e4m3fn else _trunc_tile
     pmax, n = nl.tile_size.pmax, math.prod(x.shape)
     f = max(1, tile_bytes // 4)
-    # ScalarE copies from NC-v3 but runs tensor_scalar (the fmod) natively only from NC-v4
+    # ScalarE copies from NC-v3 but runs tensor_scalar (the fmod, the clamp) natively only from NC-v4
     engines = [e for e in _engines() if e is not nisa.scalar_engine or nl.profile().scalar_tensor_scalar]
     turn, e0 = 0, 0
     while e0 < n:
@@ -634,11 +684,7 @@ def _trunc_to_int(out: View, x: View, tile_bytes: int) -> None:
         parts, cols = (min(pmax, left // f), f) if left >= f else (1, left)
         t = nl.ndarray((parts, cols), x.dtype, name="cast_in")
         _load(t, _hbm(x, e0, [(parts, cols), (cols, 1)]))
-        frac = nl.ndarray((parts, cols), nl.float32, name="cast_frac")
-        nisa.tensor_scalar(frac, t, nl.mod, 1.0, engine=engines[turn % len(engines)])
-        r = nl.ndarray((parts, cols), nl.float32, name="cast_out")
-        nisa.tensor_tensor(r, t, frac, nl.subtract, engine=nisa.vector_engine if turn % 2 else nisa.gpsimd_engine)
-        _store(_hbm(out, e0, [(parts, cols), (cols, 1)]), r)
+        _store(_hbm(out, e0, [(parts, cols), (cols, 1)]), tile_fn(t, engines, turn, out.dtype))
         turn += 1
         e0 += parts * cols
 
@@ -653,18 +699,19 @@ def _check_index(index: View, what: str) -> None:
 def copy(x, dtype=None):
     """``x.to(dtype)`` (a clone when dtype is None or x's): a new contiguous tensor of x's shape.
 
-    Casts follow torch: float -> int rounds toward zero (``x - fmod(x, 1)`` on the engines, then an
-    exact cast by the store DMA; out-of-range values saturate and NaN becomes 0 where torch is undefined);
-    int -> int wraps; -> bool is ``!= 0``; everything else rounds to nearest even through FP32 (done
-    by the DMA). Any dtype of the device, any shape (0-d and empty included).
+    Casts follow torch's CPU: float -> int rounds toward zero (``x - fmod(x, 1)`` on the engines, then an
+    exact cast by the store DMA); NaN, +-inf and values outside int32's range (int64's for int64) give that
+    range's minimum, whose low bits int8/int16/uint8/uint16 keep, as x86 casts (``_torch_cast``); int -> int
+    wraps; -> bool is ``!= 0``; -> float8_e4m3fn saturates at +-448; everything else rounds to nearest even
+    through FP32 (done by the DMA). Any dtype of the device, any shape (0-d and empty included).
     """
     dt = _dtype(dtype) or x.dtype
     out = nl.ndarray(x.shape, dt, buffer=nl.hbm)
     n = math.prod(x.shape)
     if n == 0:
         return out
-    if x.dtype.is_float and dt.kind in "iu":
-        _trunc_to_int(out, x, _TILE_CHOICES[0])
+    if _engine_cast(x.dtype, dt):
+        _torch_cast(out, x, _TILE_CHOICES[0])
     else:
         _move(_flat(out, 0, n), _flat(x, 0, n))
     return out
@@ -766,12 +813,12 @@ def strided_copy_(dst, src, size, dst_stride, src_stride, tile_bytes=_TILE_CHOIC
                               f"element {last} of a storage of {math.prod(t.shape)}")
     dview = _hbm(dst, 0, list(zip(size, dst_stride)))
     sview = _hbm(src, 0, list(zip(size, src_stride)))
-    if src.dtype.is_float and dst.dtype.kind in "iu":
+    if _engine_cast(src.dtype, dst.dtype):
         tmp = _scratch(size, src.dtype)
         _move(tmp, sview, tile_bytes)
-        trunc = _scratch(size, dst.dtype)
-        _trunc_to_int(trunc, tmp, tile_bytes)
-        _move(dview, trunc, tile_bytes)
+        cast = _scratch(size, dst.dtype)
+        _torch_cast(cast, tmp, tile_bytes)
+        _move(dview, cast, tile_bytes)
     else:
         _move(dview, sview, tile_bytes)
     return None

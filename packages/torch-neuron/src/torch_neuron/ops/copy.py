@@ -106,7 +106,46 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
+_INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single "
+                     "memory location. Please clone() the tensor before performing the operation.")
+_PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                    "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """aten's is_non_overlapping_and_dense: some order of the dims is contiguous (size-1 dims aside)."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for stride, n in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _check_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """aten's copy_ checks, which its TensorIterator makes only for CPU/CUDA tensors: dst must not write an
+    element twice (a zero stride) nor partly overlap src where both are dense. torch cannot tell for other
+    layouts and lets them through (``device_copy`` then copies from a clone of an overlapping src)."""
+    if dst.numel() == 0:
+        return
+    if any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+        raise RuntimeError(_INTERNAL_OVERLAP)
+    if src.numel() == 0 or dst.untyped_storage().data_ptr() != src.untyped_storage().data_ptr():
+        return
+    if not (_dense(dst) and _dense(src)):
+        return
+    d0, s0 = dst.data_ptr(), src.data_ptr()
+    d1, s1 = d0 + dst.numel() * dst.element_size(), s0 + src.numel() * src.element_size()
+    same_range = (d0, d1) == (s0, s1)
+    if (same_range and dst.stride() != src.stride()) or (not same_range and d0 < s1 and s0 < d1):
+        raise RuntimeError(_PARTIAL_OVERLAP)
+
+
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if src.device.type == "neuron" and dst.device.type == "neuron":
+        _check_overlap(dst, src)  # before broadcasting, as TensorIterator checks its operands
     if src.shape != dst.shape:
         src = src.expand_as(dst)  # raises for shapes that do not broadcast, as copy_ does
     if dst.numel() == 0:

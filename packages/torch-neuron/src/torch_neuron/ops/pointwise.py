@@ -208,24 +208,35 @@ pointwise("div", ["div.Tensor", "div.Scalar"], ["div_.Tensor", "div_.Scalar"], [
           **_BIN)(_true_div)
 
 
+def _divisor(plan, other, opmath: bool):
+    """The divisor as torch's CPU reads it: with ``opmath`` (floor and trunc division) a float one, Python or
+    0-d, at its opmath value (FP32 for bfloat16/float16, as mul/div read theirs: ``1.0 // 0.1`` is 9 in
+    float16, not 10 from the rounded 0.0999755859375); otherwise (fmod, remainder) converted to the dtype.
+    An int scalar wraps into an integral dtype (zero raises)."""
+    if opmath and plan.R in FLOATS:
+        return _second(other)
+    return other if isinstance(other, torch.Tensor) else _int_scalar_divisor(plan, other)
+
+
 def _trunc_div_reduced(plan, self, other):
-    """torch rounds a bfloat16/float16 quotient to its dtype before truncating it."""
+    """torch rounds a bfloat16/float16 quotient by a dimensioned tensor to its dtype before truncating it (by a
+    scalar it truncates the FP32 quotient: the kernel's way)."""
     tensors = [v for v in (self, other) if isinstance(v, torch.Tensor)]
     xs = iter(inputs(len(tensors)))
-    a, b = (next(xs) if isinstance(v, torch.Tensor) else float(scalar_to(v, plan.R)) for v in (self, other))
-    q = rounded(Expr(("alu", "divide", node_of(a), node_of(b))), plan.R)
+    a = next(xs) if isinstance(self, torch.Tensor) else float(scalar_to(self, plan.R))
+    q = rounded(Expr(("alu", "divide", node_of(a), node_of(next(xs)))), plan.R)
     return call(where(abs_(q).lt(2.0 ** 23), q - fmod(q, 1.0), q), tensors, plan.dtype)
 
 
-def _division(kernel, mode_arg=False):
+def _division(kernel, mode_arg=False, opmath=False):
     def adapter(plan, self, other, *, rounding_mode=None):
         if mode_arg and rounding_mode is None:
             return _true_div(plan, self, other)
-        if mode_arg and rounding_mode == "trunc" and plan.R in (torch.bfloat16, torch.float16):
+        if (mode_arg and rounding_mode == "trunc" and plan.R in (torch.bfloat16, torch.float16)
+                and isinstance(other, torch.Tensor) and other.dim()):
             return _trunc_div_reduced(plan, self, other)
-        divisor = _int_scalar_divisor(plan, other) if not isinstance(other, torch.Tensor) else other
         consts = {"rounding_mode": rounding_mode} if mode_arg else {}
-        return kernel, (scalar_to(self, plan.R), divisor), consts
+        return kernel, (scalar_to(self, plan.R), _divisor(plan, other, opmath)), consts
     return adapter
 
 
@@ -234,10 +245,11 @@ def _mode_ok(plan, self, other, *, rounding_mode=None) -> bool:
 
 
 pointwise("div", ["div.Tensor_mode", "div.Scalar_mode"], ["div_.Tensor_mode", "div_.Scalar_mode"],
-          ["div.out_mode", "div.Scalar_mode_out"], supports=_mode_ok, **_BIN)(_division(ew.div, mode_arg=True))
+          ["div.out_mode", "div.Scalar_mode_out"], supports=_mode_ok,
+          **_BIN)(_division(ew.div, mode_arg=True, opmath=True))
 pointwise("floor_divide", ["floor_divide.default", "floor_divide.Scalar"],
           ["floor_divide_.Tensor", "floor_divide_.Scalar"], ["floor_divide.out", "floor_divide.Scalar_out"],
-          supports=_int_divisor_ok, **_BIN)(_division(ew.floor_divide))
+          supports=_int_divisor_ok, **_BIN)(_division(ew.floor_divide, opmath=True))
 def _remainder(plan, self, other):
     """Floats: torch's formula, fmod(a, b) + b where the remainder is nonzero and its sign differs from b's
     (as a formula: the library's form multiplies the correction by b, nan for b = +-inf)."""

@@ -1,5 +1,5 @@
-"""nextafter and frexp on the float bits (``neuron_kernels.library.float_bits``: exact integer arithmetic on
-GpSimd for every value, ±0/subnormals/inf/NaN included) for float32, bfloat16 and float16; other dtypes
+"""nextafter, frexp and ldexp on the float bits (``neuron_kernels.library.float_bits``: exact integer arithmetic
+on GpSimd for every value, ±0/subnormals/inf/NaN included) for float32, bfloat16 and float16; other dtypes
 (float64, and the integer inputs torch rejects with its own error) take the CPU path.
 """
 
@@ -9,7 +9,7 @@ import torch
 
 from neuron_kernels.library import float_bits
 
-from .common import check_cast, contig, out_variant
+from .common import check_cast, contig, inplace_variant, out_variant
 from .compose import write_outs
 from .launch import run
 from .oncpu import on_cpu
@@ -59,9 +59,38 @@ def _frexp_out(self, *, mantissa, exponent):
     return write_outs((mantissa, exponent), frexp(self))
 
 
+_EXPONENTS = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)  # the CPU's exact ldexp
+
+
+def ldexp(self, other):
+    """torch's CPU: a float ``self`` with an integer ``other`` is C's ldexp(x, int(e)), exact and rounded once
+    (an int64 exponent converted to int as C converts it: its low 32 bits), so ldexp(0.01, 17) is 1311 in
+    float16 where 2**17 in float16 would overflow; otherwise self * 2**other, with 2**other in float32 for
+    integer and float32 ``self`` and in self's dtype for the others (aten's general ldexp)."""
+    if self.dtype in _FMT and other.dtype in _EXPONENTS:
+        return _exact_ldexp(self, other)
+    if self.is_floating_point() and not other.is_floating_point():  # float64, bool/uint exponents: torch's own
+        return on_cpu(aten.ldexp.Tensor, self, other)
+    two = 2.0 if self.dtype == torch.float32 or not self.is_floating_point() else \
+        torch.tensor(2.0, dtype=self.dtype, device=self.device)
+    return torch.mul(self, torch.pow(two, other))
+
+
+def _exact_ldexp(self, other):
+    device = self.device if self.device.type == "neuron" else other.device  # one may be a 0-d CPU tensor
+    shape = torch.broadcast_shapes(self.shape, other.shape)
+    if 0 in shape:
+        return torch.empty(shape, dtype=self.dtype, device=device)
+    e = other.to(device=device, dtype=torch.int32)  # int64 wraps to its low word, as C's int conversion
+    return run("ldexp", float_bits.ldexp, contig(self.to(device)), contig(e))[0].view(shape)
+
+
 def register(lib) -> None:
     impl("nextafter")(nextafter)
     impl("nextafter.out")(out_variant(nextafter))
     impl("nextafter_")(nextafter_)
     impl("frexp.Tensor")(frexp)
     impl("frexp.Tensor_out")(_frexp_out)
+    impl("ldexp.Tensor")(ldexp)
+    impl("ldexp.out")(out_variant(ldexp))
+    impl("ldexp_")(inplace_variant(ldexp))

@@ -289,10 +289,13 @@ def _digamma_pos(x):
 
 
 def digamma(x):
-    """Reflection below 0: digamma(x) = digamma(1 - x) - pi / tan(pi x); NaN at the negative integers."""
+    """Reflection below 0: digamma(x) = digamma(1 - x) - pi / tan(pi x); NaN at the negative integers. Near 0
+    pi / tan(pi x) is 1 / x: torch evaluates it in double, while pi x in FP32 loses digits for denormal x (at
+    x = -2**-128 the result stayed just below FLT_MAX where torch's overflows to inf)."""
     refl = x.lt(0.0)
     pos = _digamma_pos(where(refl, 1.0 - x, x))
-    return where(refl, where(is_int(x), _NAN, pos - cot_pi(x) * _PI), pos)
+    pi_cot = where(abs_(x).lt(1e-8), 1.0 / x, cot_pi(x) * _PI)
+    return where(refl, where(is_int(x), _NAN, pos - pi_cot), pos)
 
 
 def _trigamma_pos(x):

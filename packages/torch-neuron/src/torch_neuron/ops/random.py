@@ -158,9 +158,18 @@ def normal_tensor_tensor(mean, std, *, generator=None):
         generator, mean.numel(), mean.device))
 
 
+def _check_probabilities(op: str, p: torch.Tensor) -> None:
+    """torch's CPU refuses probabilities outside [0, 1] (NaN included) rather than drawing from them."""
+    lo, hi = (to_host(run(op, k, p, (), False)[0]).item() for k in (reduce.amin, reduce.amax))  # NaN propagates
+    if not (lo >= 0 and hi <= 1):
+        raise RuntimeError(f"{op} expects all elements of p to be in [0, 1], but found p={lo if not lo >= 0 else hi}")
+
+
 def _bernoulli_into(op: str, self, p, generator):
     if self.numel() == 0:
         return self
+    if isinstance(p, torch.Tensor) and p.numel():
+        _check_probabilities(op, p)
     u = _uniform01(op, self.shape, generator, self.device)
     return _into(self, _cast(op, ew(op, elementwise.lt, u, p), self.dtype))
 

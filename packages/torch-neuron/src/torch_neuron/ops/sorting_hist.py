@@ -58,6 +58,7 @@ def _bin_expr(dtype: torch.dtype, left: float, right: float, bins: int):
 
     t = r(r(r(x - left) * _in(dtype, bins)) / _in(dtype, right - left))
     pos = minimum(t - fmod(t, 1.0), float(bins - 1))  # int64 cast of a non-negative value; right edge: last bin
+    pos = where(pos.isnan(), 0.0, pos)  # (x - left) * bins overflowed the dtype: the CPU counts it in bin 0
     return where(x.ge(left) * x.le(right), pos, float(bins)).node
 
 
