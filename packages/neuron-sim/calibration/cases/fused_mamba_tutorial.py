@@ -112,6 +112,15 @@ def _state_step(ones, delta_i, delta_u, a_i, b_row_src, c_row_src, accum, initia
     return scan
 
 
+def _channel_tile(delta, u, b, rows, L):
+    """v2/v3's per-channel-tile start: the [128, L] accumulator, delta and u loaded once, and delta * u computed
+    once (hoisted out of the state loop by the compiler, see mamba_v2); returns (accum, delta_i, delta_u)."""
+    accum = nl.zeros((P, L), delta.dtype, name="scanC_accum")
+    delta_i = TOOLCHAIN.load(delta[b, rows, 0:L])
+    u_i = TOOLCHAIN.load(u[b, rows, 0:L])
+    return accum, delta_i, _tt(delta_i, u_i, nl.multiply)
+
+
 @nk.kernel
 def mamba_v1(delta, u, A, B, C):
     """NKI_EXAMPLE_25: per batch an accumulator per channel tile; state outer, channel tile inner, so every
@@ -160,10 +169,7 @@ def mamba_v2(delta, u, A, B, C):
     for b in nl.affine_range(batch):
         for c in nl.affine_range(channels // P):
             rows = nl.ds(c * P, P)
-            accum = nl.zeros((P, L), delta.dtype, name="scanC_accum")
-            delta_i = TOOLCHAIN.load(delta[b, rows, 0:L])
-            u_i = TOOLCHAIN.load(u[b, rows, 0:L])
-            delta_u = _tt(delta_i, u_i, nl.multiply)  # hoisted out of the state loop by the compiler (docstring)
+            accum, delta_i, delta_u = _channel_tile(delta, u, b, rows, L)
             for s in nl.affine_range(n_state):
                 a_i = TOOLCHAIN.load(A[rows, s:s + 1])
                 _state_step(ones, delta_i, delta_u, a_i, B[b, s:s + 1, 0:L], C[b, s:s + 1, 0:L], accum)
@@ -183,10 +189,7 @@ def mamba_v3(delta, u, A, B, C):
     for b in nl.affine_range(batch):
         for c in nl.affine_range(channels // P):
             rows = nl.ds(c * P, P)
-            accum = nl.zeros((P, L), delta.dtype, name="scanC_accum")
-            delta_i = TOOLCHAIN.load(delta[b, rows, 0:L])
-            u_i = TOOLCHAIN.load(u[b, rows, 0:L])
-            delta_u = _tt(delta_i, u_i, nl.multiply)  # hoisted out of the state loop by the compiler (mamba_v2)
+            accum, delta_i, delta_u = _channel_tile(delta, u, b, rows, L)
             for s in nl.affine_range(n_state):
                 a_i = TOOLCHAIN.load(A[rows, s:s + 1])
                 carry = nl.zeros((P, 1), delta.dtype, name="scan_init")
