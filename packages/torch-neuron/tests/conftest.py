@@ -7,8 +7,12 @@ process (a segfault in native code) is then reported as a failure (or xfailed wh
 ending the run.
 """
 
+import atexit
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,11 @@ import pytest
 import torch  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# the autotuner's recorded choices are the user's (~/.cache/neuron-kernels/tune): a kernel traced in a test takes
+# its defaults, whatever was tuned on this machine before (a tuned matmul changed which transposes a test saw)
+os.environ["NEURON_KERNELS_TUNE_CACHE"] = tempfile.mkdtemp(prefix="neuron-tune-tests-")
+atexit.register(shutil.rmtree, os.environ["NEURON_KERNELS_TUNE_CACHE"], True)
 
 from torch_neuron_testing import exclusions  # noqa: E402
 from torch_neuron_testing import report as db_report  # noqa: E402
