@@ -127,3 +127,16 @@ def test_load_validates_and_execute_binds(driver):
     bad = Program("bad", [], [isa.Memset(AP.sbuf("float32", 200, (4,)), 0.0)])
     with pytest.raises(ProgramError, match="partition limit"):
         driver.load(0, bad)
+
+
+def test_an_empty_tensor_binds_at_any_address(driver):
+    """A 0-byte tensor (a batch of N = 0, an expert with no tokens) touches no memory: torch hands it a null
+    data pointer, which binds like any address instead of failing the range check."""
+    sb = AP.sbuf("float32", 128, (64,))
+    prog = Program("with_empty", [TensorArg("x", (128, 64), "float32"), TensorArg("e", (0, 64), "float32"),
+                                  TensorArg("y", (128, 64), "float32", "out")],
+                   [isa.DmaCopy(sb, AP.hbm(0, "float32", (128, 64))), isa.DmaCopy(AP.hbm(2, "float32", (128, 64)), sb)])
+    x, y = driver.alloc(0, 128 * 64 * 4), driver.alloc(0, 128 * 64 * 4)
+    assert driver.execute(0, driver.load(0, prog), [x, 0, y]).instructions == 2
+    with pytest.raises(InvalidAddressError, match="tensor 'x'"):  # a tensor with bytes is still checked
+        driver.execute(0, driver.load(0, prog), [0, 0, y])

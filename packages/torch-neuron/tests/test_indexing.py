@@ -309,6 +309,32 @@ def test_setitem_with_masks_and_integer_values_is_exact():
     same(got, x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32])
+def test_updates_with_no_indices_leave_the_tensor_unchanged(dtype):
+    """index_put_(accumulate=True) with an empty index and index_add with alpha != 1 and an empty source (an
+    MoE expert that receives no tokens) change nothing, in every dtype."""
+    base = sample((5, 4), dtype)
+    none = torch.zeros(0, dtype=torch.long)
+    for accumulate in (True, False):
+        same(base.to(DEV).index_put_((none.to(DEV),), sample((0, 4), dtype).to(DEV), accumulate=accumulate),
+             base.clone().index_put_((none,), sample((0, 4), dtype), accumulate=accumulate))
+    src = sample((0, 4), dtype)
+    same(base.to(DEV).index_add(0, none.to(DEV), src.to(DEV), alpha=2), base.index_add(0, none, src, alpha=2))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.bfloat16])
+def test_index_add_with_alpha_matches_cpu_in_every_dtype(dtype):
+    """source * alpha is the device's own multiply: exact for int64 values beyond 32 bits (wrapping as torch)."""
+    x, src = sample((6, 3), dtype), sample((4, 3), dtype)
+    idx = torch.tensor([0, 5, 0, 2])
+    for alpha in (2, -3):
+        got, want = x.to(DEV).index_add(0, idx.to(DEV), src.to(DEV), alpha=alpha), x.index_add(0, idx, src, alpha=alpha)
+        if dtype.is_floating_point:  # the CPU fuses x + alpha * src; as test_index_add_copy_fill_match_cpu
+            torch.testing.assert_close(got.cpu(), want)
+        else:
+            same(got, want)
+
+
 def test_index_put_errors_are_torchs():
     x = torch.randn(3, 4).to(DEV)
     with pytest.raises(RuntimeError, match="shape mismatch"):

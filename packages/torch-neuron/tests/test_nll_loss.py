@@ -151,3 +151,24 @@ def test_one_program_each(reduction):
     loss.backward(g)
     bwd = {k: v - fwd.get(k, 0) for k, v in torch.neuron.metrics()["programs"].items() if v != fwd.get(k, 0)}
     assert fwd == {"nll_loss_forward": 1} and bwd == {"nll_loss_backward": 1}, (fwd, bwd)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("extra", [{}, {"weight": True}, {"label_smoothing": 0.1}])
+def test_empty_batch_matches_cpu(reduction, dtype, extra):
+    """N = 0 (an empty micro-batch): mean is NaN, sum 0 and none empty, as on the CPU, and backward gives an
+    empty gradient; the empty logits reach the device program without an address error."""
+    kw = {"reduction": reduction, **extra}
+    logits, target = torch.randn(0, 5, dtype=dtype), torch.zeros(0, dtype=torch.long)
+    if kw.get("weight"):
+        kw["weight"] = torch.rand(5, dtype=dtype)
+    dev_kw = {k: v.to(DEV) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    x = logits.to(DEV).requires_grad_()
+    got = F.cross_entropy(x, target.to(DEV), **dev_kw)
+    close(got, F.cross_entropy(logits, target, **kw), TOL, dtype)
+    close(F.nll_loss(x.log_softmax(1), target.to(DEV), **{k: v for k, v in dev_kw.items() if k != "label_smoothing"}),
+          F.nll_loss(logits.log_softmax(1), target, **{k: v for k, v in kw.items() if k != "label_smoothing"}),
+          TOL, dtype)
+    got.sum().backward()
+    assert x.grad.shape == (0, 5) and x.grad.device.type == DEV

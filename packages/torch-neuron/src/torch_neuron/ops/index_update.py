@@ -73,8 +73,8 @@ def index_add_out(x, dim, index, source, *, alpha=1, out):
     same_device(x, index, source)
     if not _native(x, addable(x.dtype)):
         return run_on_cpu(aten.index_add.out, x, dim, index, source, alpha=alpha, out=out)
-    if alpha != 1:
-        source = run("index_add", ew.mul, contig(source), alpha)[0]
+    if alpha != 1:  # the device's own multiply: int64 sources take the exact two-word kernels
+        source = torch.mul(source, alpha)
     return write_out(out, _scatter_along("index_add", x, dim, index, source, True, RuntimeError))
 
 
