@@ -30,11 +30,12 @@ TEST_DEPS = ("pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "expectte
 
 @nox.session(python=PYTHON)
 def test(session):
-    """Install the packages and run every package's tests (the test databases in full), on 2 workers."""
+    """Install the packages and run every package's tests (the test databases in full), on 2 workers; the 25
+    slowest tests are listed at the end (CI keeps the suite well under 30 minutes)."""
     install(session, *TEST_DEPS)
     # programs are traced in each test process (TORCH_NEURON_COMPILE_CACHE=off): tests that define kernels must
     # not read another test's traces; the cache's own tests point it at their own directories
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *TESTS, *session.posargs,
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--durations=25", *TESTS, *session.posargs,
                 env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "TORCH_NEURON_COMPILE_CACHE": "off"})
 
 

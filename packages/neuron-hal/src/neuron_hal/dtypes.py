@@ -11,6 +11,8 @@ import numpy as np
 class DType(enum.Enum):
     """A device element type: value is (name, bytes, kind). kind: f=float, i=signed, u=unsigned, b=bool."""
 
+    __hash__ = object.__hash__  # members are singletons: identity hash (Enum's hashes the name in Python)
+
     float32 = ("float32", 4, "f")
     bfloat16 = ("bfloat16", 2, "f")
     float16 = ("float16", 2, "f")

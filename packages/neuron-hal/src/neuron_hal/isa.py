@@ -30,12 +30,16 @@ from .dtypes import DType
 
 
 class Space(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: identity hash (Enum's hashes the name in Python)
+
     HBM = "hbm"
     SBUF = "sbuf"
     PSUM = "psum"
 
 
 class Engine(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: identity hash (Enum's hashes the name in Python)
+
     TENSOR = "tensor"
     VECTOR = "vector"
     SCALAR = "scalar"
