@@ -3,11 +3,14 @@ padding, dilation and groups, transposed convolutions with output_padding, nn.Co
 CPU path for what the kernels do not take (3-d convolutions, float64)."""
 
 import contextlib
+import math
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from torch_neuron.fallback import NeuronFallbackWarning
 
@@ -87,6 +90,51 @@ def test_conv_transpose2d_matches_cpu(case):
     bias = (ws[1] * groups,)
     check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation),
           (xs, ws, bias))
+
+
+@st.composite
+def transposed_cases(draw):
+    """conv_transpose2d configurations torch accepts: strides up to 3 (several phases, phases no tap
+    reaches when the stride exceeds the kernel's reach), dilation sharing a factor with the stride, padding up
+    to the kernel's reach, output_padding below max(stride, dilation)."""
+    s, d = (draw(st.integers(1, 3)), draw(st.integers(1, 3))), (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
+    k = (draw(st.integers(1, 3)), draw(st.integers(1, 4)))
+    p = tuple(draw(st.integers(0, dd * (kk - 1))) for dd, kk in zip(d, k))
+    op = tuple(draw(st.integers(0, max(ss, dd) - 1)) for ss, dd in zip(s, d))
+    g = draw(st.integers(1, 2))
+    hw = (draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+    out = [(n - 1) * ss - 2 * pp + dd * (kk - 1) + o + 1 for n, ss, pp, dd, kk, o in zip(hw, s, p, d, k, op)]
+    assume(min(out) > 0)
+    return (2, 2 * g, *hw), (2 * g, draw(st.integers(1, 2)), *k), s, p, op, d, g
+
+
+@settings(max_examples=20, deadline=None)
+@given(transposed_cases())
+def test_conv_transpose2d_phases_match_cpu(case):
+    xs, ws, stride, padding, output_padding, dilation, groups = case
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation),
+          (xs, ws, (ws[1] * groups,)))
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_non_finite_weight_reaches_only_the_outputs_it_multiplies(bad):
+    """A strided transposed conv (and a strided conv's input gradient) multiplies each weight tap only with
+    the inputs of its phase: an inf or NaN tap makes non-finite exactly the outputs it reaches, as on the CPU
+    (inserted zeros times inf made every output NaN). The taps here never meet the phases' zero padding (which
+    the CPU's col2im does not form; see ops/conv.py)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(1, 2, 4, 5), torch.randn(2, 3, 2, 3)
+    w[1, 0, 0, 1] = bad
+    want = F.conv_transpose2d(x, w, stride=2)
+    got = F.conv_transpose2d(x.to(DEV), w.to(DEV), stride=2).cpu()
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-4, atol=1e-4)
+    assert not want.isfinite().all() and want.isfinite().any()
+    xc = torch.randn(1, 3, 8, 11, requires_grad=True)  # every input row and column reaches an output
+    wc = w.clone().requires_grad_()  # as a conv2d weight: [O=2, C=3, 2, 3]
+    F.conv2d(xc, wc, stride=2).sum().backward()
+    xd = xc.detach().to(DEV).requires_grad_()
+    F.conv2d(xd, wc.detach().to(DEV), stride=2).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, equal_nan=True, rtol=1e-4, atol=1e-4)
 
 
 def test_bfloat16_convolutions_match_cpu():

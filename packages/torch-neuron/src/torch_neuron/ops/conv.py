@@ -5,10 +5,16 @@ height of 1).
 Everything is the conv2d kernel (an implicit-im2col GEMM on TensorE) plus data movement:
 
 - forward: conv2d (stride, padding, dilation, groups as given);
-- transposed forward and the input gradient: conv2d over the input spread out by the stride (zeros between
-  rows/columns, a strided copy into a zero-filled buffer) and padded by ``dilation * (k - 1) - padding``
-  (plus ``output_padding`` at the end), with the weights' in/out channels swapped per group and the taps
-  flipped; the transposed conv's input gradient is the plain conv2d of the output gradient;
+- transposed forward and the input gradient: with the weights' in/out channels swapped per group and the
+  taps flipped, stride 1 is a conv2d padded by ``dilation * (k - 1) - padding``; stride s is split into its
+  s_h * s_w output phases (polyphase): the outputs ``r + s * q`` of one phase take only the taps whose offset
+  ``r + padding - i * dilation`` is a multiple of s, which is a stride-1 conv2d of the input with those taps
+  (dilation ``dilation / gcd(s, dilation)``); one permute interleaves the phases into the output. No product of a weight
+  with an inserted zero is formed (a zero-spread input made inf/NaN weights poison every output, and did
+  s_h * s_w times the multiplies). A phase's border outputs still take its taps against the conv2d's zero
+  padding, where the CPU's col2im forms no product: with an inf/NaN weight those borders are NaN here (as a
+  forward conv's padded borders are on both). The transposed conv's input gradient is the plain conv2d of
+  the output gradient;
 - weight gradient: per tap (i, j), ``grad_out [O, N*OH*OW] @ x_shifted(i, j) [C, N*OH*OW]^T`` as one batched
   GEMM over the groups (contraction over every output pixel, FP32 in PSUM, one rounding), the shifted input
   being a strided copy of the padded input; the taps are assembled by one cat and one permute;
@@ -19,6 +25,8 @@ configurations the kernel cannot hold in SBUF (a KernelError when it is traced) 
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -55,23 +63,6 @@ def _conv2d(op: str, x, w, bias, stride, padding, dilation, groups) -> torch.Ten
         raise _Unsupported from None
 
 
-def _spread(op: str, x, stride, front, total) -> torch.Tensor:
-    """[N, C, total[0], total[1]] zeros with x[.., i, j] at (front + i * stride) (positions outside dropped)."""
-    buf = zeros(op, (*x.shape[:2], *total), x.dtype, x.device)
-    src, dst = x, buf
-    for d, (s, f, t) in enumerate(zip(stride, front, total)):
-        n = x.shape[2 + d]
-        first = 0 if f >= 0 else (-f + s - 1) // s  # first i with f + i*s >= 0
-        last = min(n, (t - 1 - f) // s + 1) if t - 1 - f >= 0 else 0  # one past the last i with f + i*s < t
-        if last <= first:
-            return buf
-        src = src.narrow(2 + d, first, last - first)
-        dst = dst.narrow(2 + d, f + first * s, (last - first - 1) * s + 1)
-    idx = (slice(None), slice(None), slice(None, None, stride[0]), slice(None, None, stride[1]))
-    copy_into(op, dst[idx], src)
-    return buf
-
-
 def _swap_flip(w: torch.Tensor, groups: int) -> torch.Tensor:
     """[A, B/g, kh, kw] weights -> [B, A/g, kh, kw] with each group's channels swapped and the taps flipped."""
     a, bg, kh, kw = w.shape
@@ -80,14 +71,64 @@ def _swap_flip(w: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def _transposed(op, x, w, bias, stride, padding, output_padding, dilation, groups) -> torch.Tensor:
-    """conv_transpose2d(x, w [Cin, Cout/g, kh, kw]) as conv2d over x spread by the stride."""
+    """conv_transpose2d(x, w [Cin, Cout/g, kh, kw]): stride 1 as one conv2d, else one per output phase."""
     k = w.shape[2:]
+    wf = _swap_flip(w, groups)
     front = [dd * (kk - 1) - p for dd, kk, p in zip(dilation, k, padding)]
     if all(s == 1 for s in stride) and all(f >= 0 for f in front) and not any(output_padding):
-        return _conv2d(op, x, _swap_flip(w, groups), bias, (1, 1), tuple(front), dilation, groups)
-    total = [(n - 1) * s + 1 + 2 * f + op_ for n, s, f, op_ in zip(x.shape[2:], stride, front, output_padding)]
-    buf = _spread(op, x, stride, front, total)
-    return _conv2d(op, buf, _swap_flip(w, groups), bias, (1, 1), (0, 0), dilation, groups)
+        return _conv2d(op, x, wf, bias, (1, 1), tuple(front), dilation, groups)
+    size = [(n - 1) * s - 2 * p + d * (kk - 1) + op_ + 1
+            for n, s, p, d, kk, op_ in zip(x.shape[2:], stride, padding, dilation, k, output_padding)]
+    n, c = x.shape[0], wf.shape[0]
+    most = [-(-L // s) for L, s in zip(size, stride)]  # outputs of phase 0, the longest
+    # phase (ry, rx) goes to ph[ry, rx]; one permute interleaves them all (element-strided writes into the
+    # output's phase views would move 4-byte runs: 10x the device time); slots past a shorter phase's end
+    # land beyond the output and are cut
+    ph = torch.empty((*stride, n, c, *most), dtype=x.dtype, device=x.device)
+    for ry in range(min(stride[0], size[0])):
+        for rx in range(min(stride[1], size[1])):
+            phases = [_Phase(r, n_, L, s, p, d, kk) for r, n_, L, s, p, d, kk in
+                      zip((ry, rx), x.shape[2:], size, stride, padding, dilation, k)]
+            copy_into(op, ph[ry, rx, :, :, :phases[0].count, :phases[1].count],
+                      _phase_conv(op, x, wf, bias, phases, groups, (n, c, phases[0].count, phases[1].count)))
+    full = run(op, movement.permute, ph, (2, 3, 4, 0, 5, 1))[0].view(n, c, most[0] * stride[0], most[1] * stride[1])
+    if list(full.shape[2:]) == size:
+        return full
+    out = torch.empty((n, c, *size), dtype=x.dtype, device=x.device)
+    copy_into(op, out, full[:, :, :size[0], :size[1]])
+    return out
+
+
+class _Phase:
+    """One axis of one output phase r of a transposed conv (input length n, output length L, stride s): the
+    outputs r + s*q, q < count, take x[q + e_i] * wf[k-1-i] over the taps i whose e_i = (r + p - i*d) / s is an
+    integer; in flipped-tap order those are wf[first::step], read at input offsets e0 + t * dil."""
+
+    def __init__(self, r, n, L, s, p, d, k):
+        g = math.gcd(s, d)
+        self.count = -(-(L - r) // s)
+        taps = [i for i in range(k) if (r + p - i * d) % s == 0]
+        self.taps = len(taps)
+        if taps:
+            self.first, self.step, self.dil = k - 1 - taps[-1], s // g, d // g
+            e0 = (r + p - taps[-1] * d) // s
+            # a symmetric conv2d padding P puts x[q + e0] at output q + e0 + P; P covers the front (e0 < 0) and
+            # enough outputs past the back
+            self.pad = max(0, -e0, e0 + self.count + self.dil * (self.taps - 1) - n)
+            self.start = e0 + self.pad
+
+
+def _phase_conv(op, x, wf, bias, phases, groups, shape) -> torch.Tensor:
+    """One output phase: a stride-1 conv2d of x with the phase's taps, cut to the phase's outputs; a phase no
+    tap reaches is the bias alone."""
+    ph, pw = phases
+    if not ph.taps or not pw.taps:
+        if bias is None:
+            return zeros(op, shape, x.dtype, x.device)
+        return bias.view(1, -1, 1, 1).expand(shape)
+    sub = wf[:, :, ph.first::ph.step, pw.first::pw.step][:, :, :ph.taps, :pw.taps]
+    y = _conv2d(op, x, sub, bias, (1, 1), (ph.pad, pw.pad), (ph.dil, pw.dil), groups)
+    return y[:, :, ph.start:ph.start + ph.count, pw.start:pw.start + pw.count]
 
 
 def _weight_grad(op, inp, gout, stride, padding, dilation, groups, k) -> torch.Tensor:
