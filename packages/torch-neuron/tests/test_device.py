@@ -26,6 +26,20 @@ def test_autoload_can_be_turned_off():
     assert out.stdout.strip() == "privateuseone"
 
 
+def test_a_failing_backend_leaves_import_torch_working():
+    """A failure while loading the backend (here a bad size variable) warns, naming the cause, and leaves torch
+    usable without the device; importing torch_neuron itself raises the error."""
+    env = dict(os.environ, NEURON_SIM_HBM_BYTES="64Q")
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "import torch\n"
+            "print(float(torch.ones(3).sum()), hasattr(torch, 'neuron'))\n"
+            "import torch_neuron\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "3.0 False", out.stderr[-2000:]
+    assert "neuron device is unavailable" in out.stderr and "NEURON_SIM_HBM_BYTES='64Q'" in out.stderr
+    assert out.returncode != 0 and "ValueError: NEURON_SIM_HBM_BYTES='64Q' is not a positive byte size" in out.stderr
+
+
 def test_importing_torch_neuron_before_torch_works():
     code = "import torch_neuron, torch; print((torch.ones(2, device='neuron') + 1).cpu().tolist())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 import mmap
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from . import merge
 from .driver import DeviceInfo, Driver, ExecutionReport, MemoryStats
 from .errors import DeviceOutOfMemoryError, InvalidAddressError, InvalidDeviceError
 from .program import Program
+from .sizes import env_bytes
 from .validate import validate
 
 ALIGN = 512  # allocation granularity: DMA descriptors favour 512-byte aligned buffers
@@ -30,13 +30,8 @@ _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python <
 
 
 def hbm_capacity(default: int) -> int:
-    env = os.environ.get("NEURON_SIM_HBM_BYTES")
-    if not env:
-        return default
-    value = int(float(env))
-    if value <= 0:
-        raise ValueError(f"NEURON_SIM_HBM_BYTES={env!r} must be a positive byte count")
-    return min(value, default)
+    value = env_bytes("NEURON_SIM_HBM_BYTES")
+    return default if value is None else min(value, default)
 
 
 def _bytes_of(buf) -> np.ndarray:

@@ -1,22 +1,16 @@
 """torch-neuron: PyTorch's ``neuron`` device on neuron-hal.
 
-``import torch`` loads this package (entry point ``torch.backends``; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``
-turns that off, then ``import torch_neuron`` does it). This module is ``torch.neuron``: devices,
-streams/events, RNG, memory statistics, amp and ``metrics()``, shaped like ``torch.cuda``.
+``import torch`` loads this package (entry point ``torch.backends``, through ``_torch_neuron_autoload``, which
+warns instead of failing torch's import when this one fails; ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` turns that
+off, then ``import torch_neuron`` does it). This module is ``torch.neuron``: devices, streams/events, RNG,
+memory statistics, amp and ``metrics()``, shaped like ``torch.cuda``.
 """
 
 from __future__ import annotations
 
 import sys
 
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing this module registers the device. Defined
-    before ``import torch`` so that ``import torch_neuron`` ahead of torch works: torch's autoload then
-    finds this half-imported module and calls this no-op; the rest of the module registers the device."""
-
-
-import torch  # noqa: E402
+import torch  # noqa: E402  (imported first, torch's autoload finds this module half-imported and goes on)
 
 from . import _extension  # noqa: E402
 
@@ -90,11 +84,11 @@ def _is_in_bad_fork() -> bool:
 def _register() -> None:
     if torch._C._get_privateuse1_backend_name() == "neuron":
         return
+    rt = runtime()  # first: the driver and its environment fail here, before torch is changed (no half device)
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", sys.modules[__name__])
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_packed_sequence=True,
                                                          for_storage=True)
-    rt = runtime()
     _C._init(rt, rt.device_count())
     from . import compat, distributed, ops, program_cache
 
