@@ -17,7 +17,7 @@ def unique_op_input():
 
 def test_fallback_is_correct_counted_and_warns_once():
     x = unique_op_input()
-    fallback._warned.discard(OP)  # another test in this process may have run the op already
+    fallback._warned.discard((OP, None))  # another test in this process may have run the op already
     before = torch.neuron.metrics()["fallback"].get(OP, 0)
     with pytest.warns(NeuronFallbackWarning, match=f"aten::{OP} has no neuron kernel"):
         got = CALL(x)
@@ -73,3 +73,14 @@ def test_run_on_cpu_updates_in_place_and_out_arguments():
     torch.testing.assert_close(b.cpu(), 2 * torch.arange(4.0, dtype=torch.float64))
     torch.testing.assert_close(out.cpu(), 4 * torch.arange(4.0, dtype=torch.float64))
     assert values.device.type == "neuron" and indices.item() == 3
+
+
+def test_a_kernel_handing_over_its_arguments_says_why():
+    """An op whose neuron kernel cannot take these arguments (float64: no engine computes it) says so, naming the
+    dtypes, instead of claiming the op has no kernel."""
+    x = torch.eye(3, dtype=torch.float64).to("neuron")
+    fallback._warned.discard(("mm", "these arguments (float64 tensors)"))
+    with pytest.warns(NeuronFallbackWarning, match=r"aten::mm has a neuron kernel, but not for these arguments "
+                                                   r"\(float64 tensors\): running it on the CPU"):
+        got = x @ x
+    torch.testing.assert_close(got.cpu(), torch.eye(3, dtype=torch.float64))

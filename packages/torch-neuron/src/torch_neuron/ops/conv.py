@@ -40,6 +40,7 @@ from .checks import same_device, zeros
 from .common import contig
 from .launch import run
 from .linalg import FLOATS
+from .oncpu import arguments
 from .registry import impl
 from .shape import copy_into
 
@@ -158,7 +159,7 @@ def _weight_grad(op, inp, gout, stride, padding, dilation, groups, k) -> torch.T
 def _on_cpu(name: str, op, *args):
     """The loud CPU path (counted as ``name``): the overrideable ops have no CPU kernel, so aten's generic
     convolution / convolution_backward run on CPU copies and the results come back."""
-    on_fallback(name)
+    on_fallback(name, arguments(args, {}))
     device = args[0].device
     cpu = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
     result = op(*cpu)

@@ -35,9 +35,17 @@ def _host(v):
     return v.cpu() if isinstance(v, torch.Tensor) and v.device.type == "neuron" else v
 
 
+def arguments(args, kwargs) -> str:
+    """What a kernel could not take, as the warning names it: the dtypes of the tensor arguments."""
+    dtypes = set()
+    tree_map(lambda v: dtypes.add(str(v.dtype).removeprefix("torch.")) if isinstance(v, torch.Tensor) else v,
+             (args, kwargs))
+    return f"these arguments ({', '.join(sorted(dtypes))} tensors)" if dtypes else "these arguments"
+
+
 def on_cpu(op: torch._ops.OpOverload, *args, **kwargs):
     """``op(*args, **kwargs)`` computed on the CPU for neuron tensors, counted as a fallback."""
-    on_fallback(op_name(op))
+    on_fallback(op_name(op), arguments(args, kwargs))
     device = _device(args, kwargs)
     hargs, hkwargs = tree_map(_host, args), tree_map(_host, kwargs)
     result = op(*hargs, **hkwargs)

@@ -20,6 +20,7 @@ from neuron_kernels.library import optim as kopt
 from ..fallback import on_fallback
 from .copy import write_contiguous
 from .launch import run
+from .oncpu import arguments
 from .registry import impl
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -44,7 +45,7 @@ def _skip_step(grads, grad_scale, found_inf) -> bool:
 
 def _on_cpu(name: str, op, lists: list, kwargs: dict) -> None:
     """The whole call on the CPU (a dtype the engines lack), results copied back into the lists."""
-    on_fallback(name)
+    on_fallback(name, arguments(lists, kwargs))
     cpu = [[t.cpu() for t in ts] for ts in lists]
     op(*cpu, **{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
     for ts, cs in zip(lists, cpu):
