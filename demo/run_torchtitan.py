@@ -71,8 +71,8 @@ def main() -> None:
                  work / f"neuron-{tag}.log", work)
     cpu = run(torchrun(2, str(HERE / "torchtitan_cpu.py"), *train, "--job.dump_folder", f"./out-cpu-{tag}"),
               work / f"cpu-{tag}.log", work, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    report(losses(neuron), losses(cpu), args.steps, sorted(set(re.findall(r"(aten::[\w.]+) has (?:no neuron kernel|a neuron kernel, but)",
-                                                                          neuron))))
+    fallbacks = re.findall(r"(aten::[\w.]+) has (?:no neuron kernel|a neuron kernel, but)", neuron)
+    report(losses(neuron), losses(cpu), args.steps, sorted(set(fallbacks)))
 
 
 def report(neuron: dict[int, float], cpu: dict[int, float], steps: int, fallbacks: list[str]) -> None:
