@@ -20,7 +20,8 @@ from neuron_sim.programs import ideal_gemm_tensor_cycles, tiled_gemm
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--profile", default=None, help="trn1 | trn2 | trn3 (default: $NEURON_DEVICE_PROFILE or trn2)")
     ap.add_argument("--size", type=int, default=1024, help="M = N = K (multiple of 512)")
     ap.add_argument("--trace", default="traces/gemm.json", help="where to write the Perfetto trace")

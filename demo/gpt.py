@@ -26,16 +26,17 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": None}
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--batch", type=int, default=8)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--steps", type=int, default=30, help="training steps")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--seq", type=int, default=64, help="tokens per sequence (the context length)")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--embd", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4, help="transformer blocks")
+    ap.add_argument("--heads", type=int, default=4, help="attention heads")
+    ap.add_argument("--embd", type=int, default=128, help="embedding width")
+    ap.add_argument("--vocab", type=int, default=128, help="vocabulary size")
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="bf16: autocast; fp32: plain float32")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     ap.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True,
                     help="AdamW's fused step (one program per parameter) rather than foreach")
     ap.add_argument("--trace", default="traces/gpt.json", help="where to write the Perfetto trace of the last step")

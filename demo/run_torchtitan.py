@@ -47,10 +47,11 @@ def torchrun(ranks: int, *args: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="training steps on each side")
     parser.add_argument("--tp", action="store_true", help="tensor parallel degree 2 (no FSDP sharding)")
-    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--workdir", type=Path, default=None, help="where the runs write (default: a new temporary directory)")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="torchtitan-"))
     work.mkdir(parents=True, exist_ok=True)
