@@ -51,7 +51,8 @@ def main() -> None:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--steps", type=int, default=10, help="training steps on each side")
     parser.add_argument("--tp", action="store_true", help="tensor parallel degree 2 (no FSDP sharding)")
-    parser.add_argument("--workdir", type=Path, default=None, help="where the runs write (default: a new temporary directory)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where the runs write (default: a new temporary directory)")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="torchtitan-"))
     work.mkdir(parents=True, exist_ok=True)
