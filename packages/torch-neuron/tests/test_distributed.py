@@ -200,6 +200,21 @@ def test_collectives(world, backend):
     assert multiprocess.run(_collectives, world, backend=backend) == [True] * world
 
 
+def _default_group(rank, world):
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2).to(DEV))  # its logger asks the default
+    model(torch.ones(4, 3, device=DEV)).sum().backward()
+    cpu = torch.full((2,), float(rank + 1))
+    dist.all_reduce(cpu)  # CPU tensors (samplers, object collectives) in the same group
+    return dist.get_backend(), cpu.tolist()
+
+
+def test_init_process_group_with_no_backend_serves_ddp_and_cpu_tensors():
+    """init_process_group() on a neuron machine: DDP builds (torch 2.13 alone marks gloo as the default backend
+    though it built only neuron's) and CPU tensors reduce in the same group."""
+    for backend, cpu in multiprocess.run(_default_group, 2, backend=None):
+        assert backend == "cpu:gloo,neuron:neuron" and cpu == [3.0, 3.0]
+
+
 def _mesh_and_time(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
 

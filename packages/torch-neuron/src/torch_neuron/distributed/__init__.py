@@ -1,5 +1,5 @@
-"""The ``neuron`` c10d backend: ``init_process_group("cpu:gloo,neuron:neuron")`` (or no backend: ``neuron``
-is the default for the device) and ``init_device_mesh("neuron", ...)`` under torchrun.
+"""The ``neuron`` c10d backend: ``init_process_group("cpu:gloo,neuron:neuron")`` (what no backend means on a
+neuron machine: see ``_default_backends``) and ``init_device_mesh("neuron", ...)`` under torchrun.
 
 The backend is C++ (``csrc/ProcessGroupNeuron.cpp``, its own extension, built on first use and cached
 like the core): FSDP2 calls ``_allgather_base`` / ``_reduce_scatter_base``, which a Python process group
@@ -43,6 +43,36 @@ def register() -> None:
     if not dist.is_available() or NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=[NAME])
+    import torch.distributed.device_mesh as mesh  # init_device_mesh calls its own imported name
+
+    dist.init_process_group = _default_backends(dist.init_process_group)
+    for module in (dist.distributed_c10d, mesh):
+        module.init_process_group = dist.init_process_group
+
+
+def _default_backends(init):
+    """``init_process_group()`` with no backend on a neuron machine means ``"cpu:gloo,neuron:neuron"``.
+
+    torch 2.13 builds only the accelerator's backend then, yet marks gloo as the group's default unless nccl is
+    among its backends (``_new_process_group_helper``), so DDP's logger fails ("Could not find backend type 1 for
+    Process Group with name gloo"); CUDA's world gets nccl there. Naming both backends keeps the default the
+    device's, and CPU tensors (samplers, object collectives, a CPU metric) work in the same group."""
+    import functools
+    import inspect
+
+    position = list(inspect.signature(init).parameters).index("backend")
+
+    @functools.wraps(init)
+    def init_process_group(*args, **kwargs):
+        given = kwargs.get("backend", args[position] if len(args) > position else None)
+        if given is None and torch._C._get_accelerator().type == NAME:
+            if len(args) > position:
+                args = (*args[:position], f"cpu:gloo,{NAME}:{NAME}", *args[position + 1:])
+            else:
+                kwargs["backend"] = f"cpu:gloo,{NAME}:{NAME}"
+        return init(*args, **kwargs)
+
+    return init_process_group
 
 
 def _extension():
