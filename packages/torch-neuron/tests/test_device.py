@@ -181,6 +181,24 @@ def test_streams_are_hal_queues_and_events_time_device_work():
     s.synchronize()
 
 
+def test_stream_without_an_index_is_on_the_current_device():
+    """torch.Stream(device="neuron") takes the current device, as for CUDA (the index stayed -1 and every use of
+    the stream raised); work on it runs and its events time it."""
+    s = torch.Stream(device="neuron")
+    assert s.device_index == torch.neuron.current_device() == 0
+    with torch.neuron.device(1):
+        assert torch.Stream(device="neuron").device_index == 1
+        assert torch.accelerator.current_stream(torch.device("neuron")).device_index == 1
+    x = torch.ones(3, device="neuron")
+    start, end = torch.Event(device="neuron", enable_timing=True), torch.Event(device="neuron", enable_timing=True)
+    with s:
+        start.record(s)
+        y = x + 1
+        end.record(s)
+    s.synchronize()
+    assert y.cpu().tolist() == [2.0, 2.0, 2.0] and start.elapsed_time(end) > 0
+
+
 def test_generators_and_rng_state():
     torch.neuron.manual_seed(123)
     g = torch.neuron.default_generator()

@@ -22,6 +22,15 @@ c10::Device neuron(c10::DeviceIndex index) {
   return {c10::DeviceType::PrivateUse1, index};
 }
 
+// A device without an index (torch.Stream(device="neuron")) means the current one, as for CUDA; the index
+// also selects this thread's stream slot, so it is checked against the table.
+c10::Device resolve(c10::Device d) {
+  c10::Device r = d.has_index() ? d : neuron(tls_device);
+  TORCH_CHECK(r.index() >= 0 && r.index() < kMaxDevices, "neuron device index ", static_cast<int>(r.index()),
+              " is outside 0..", kMaxDevices - 1);
+  return r;
+}
+
 struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
 
@@ -40,20 +49,21 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStream(c10::Device d) const override {
+    d = resolve(d);
     return c10::Stream(c10::Stream::UNSAFE, d, tls_stream[d.index()]);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::UNSAFE, d, 0);
+    return c10::Stream(c10::Stream::UNSAFE, resolve(d), 0);
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::UNSAFE, d, next_stream++);
+    return c10::Stream(c10::Stream::UNSAFE, resolve(d), next_stream++);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
     return getNewStream(d, 0);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     auto old = getStream(s.device());
-    tls_stream[s.device_index()] = s.id();
+    tls_stream[old.device_index()] = s.id();
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
