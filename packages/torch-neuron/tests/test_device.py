@@ -15,6 +15,11 @@ def test_import_torch_registers_neuron():
     assert torch.accelerator.device_count() == torch.neuron.device_count()
 
 
+def test_init_and_is_initialized():
+    torch.neuron.init()  # idempotent, as torch.cuda.init()
+    assert torch.neuron.is_initialized()
+
+
 def test_device_count_is_the_profiles_cores():
     assert torch.neuron.device_count() == torch.neuron.runtime().profile.cores_per_chip
 

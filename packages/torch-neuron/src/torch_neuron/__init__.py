@@ -65,8 +65,8 @@ __all__ = [
     "Event", "NeuronDeviceProperties", "NeuronFallbackWarning", "Stream", "current_device", "current_stream",
     "default_generator", "default_stream", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
     "get_autocast_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
-    "get_rng_state_all", "host_alias", "initial_seed", "is_autocast_enabled", "is_available", "is_bf16_supported",
-    "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
+    "get_rng_state_all", "host_alias", "init", "initial_seed", "is_autocast_enabled", "is_available",
+    "is_bf16_supported", "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
     "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics", "profiler", "reset_metrics",
     "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
     "set_stream", "set_strict", "stream", "synchronize", "top_ops",
@@ -75,6 +75,15 @@ __all__ = [
 
 def is_initialized() -> bool:
     return _C._is_initialized()
+
+
+def init() -> None:
+    """As ``torch.cuda.init()``: initialize the device runtime now. Importing torch already does (the driver is
+    created when the backend loads), so this only checks that it did; it raises what a failed load raised."""
+    runtime()
+    if not is_initialized():
+        raise RuntimeError("torch.neuron.init(): the neuron runtime did not initialize; see the warning "
+                           "`import torch` printed, or run `python -c 'import torch_neuron'`")
 
 
 def _is_in_bad_fork() -> bool:
