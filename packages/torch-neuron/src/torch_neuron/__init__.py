@@ -66,10 +66,10 @@ __all__ = [
     "default_generator", "default_stream", "device", "device_count", "empty_cache", "get_amp_supported_dtype",
     "get_autocast_dtype", "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
     "get_rng_state_all", "host_alias", "init", "initial_seed", "is_autocast_enabled", "is_available",
-    "is_bf16_supported", "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics", "profiler", "reset_metrics",
-    "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
-    "set_stream", "set_strict", "stream", "synchronize", "top_ops",
+    "is_bf16_supported", "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics",
+    "profiler", "reset_metrics", "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device",
+    "set_rng_state", "set_rng_state_all", "set_stream", "set_strict", "stream", "synchronize", "top_ops",
 ]
 
 
