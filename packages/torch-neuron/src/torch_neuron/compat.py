@@ -13,11 +13,18 @@
   for it. If the interpreter is already finalizing then, the thread is killed inside a C++
   destructor and the process aborts ("terminate called without an active exception"). An exit
   hook gives the worker threads the GIL once before finalization starts.
+- Dynamo's ``device_interface`` registers its built-in devices in ``init_device_reg`` and has no entry for a
+  PrivateUse1 one, so device-generic compile code failed with "No interface for device neuron". Importing
+  Dynamo when torch loads this backend would cost every ``import torch`` about a second: neuron's interface
+  (``device_interface.py``) is registered when ``torch._dynamo.device_interface`` is first imported.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.abc
+import importlib.util
+import sys
 import time
 
 import torch
@@ -46,8 +53,45 @@ def _let_autograd_threads_finish() -> None:
     time.sleep(0.02)  # releases the GIL; a worker waiting for it to free a graph task gets it now
 
 
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` right after module ``name`` is first imported (its loader's exec_module, wrapped)."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module, run=run):
+                run(module)
+                self.then()
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def after_import(name: str, then) -> None:
+    """``then()`` once module ``name`` is imported: now if it is, else right after its first import."""
+    if name in sys.modules:
+        then()
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _register_dynamo_interface() -> None:
+    from . import device_interface  # not under compile/: that package imports the backend, Inductor included
+
+    device_interface.register()
+
+
 def register(lib) -> None:
     lib.impl("_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type, "PrivateUse1")
+    after_import("torch._dynamo.device_interface", _register_dynamo_interface)
     if not hasattr(tensor_str._tensor_str, "__wrapped__"):
         tensor_str._tensor_str = _format_on_host(tensor_str._tensor_str)
     atexit.register(_let_autograd_threads_finish)
