@@ -204,6 +204,28 @@ def test_stream_without_an_index_is_on_the_current_device():
     assert y.cpu().tolist() == [2.0, 2.0, 2.0] and start.elapsed_time(end) > 0
 
 
+def test_pin_memory():
+    """Tensor.pin_memory() gives page-aligned host memory registered as pinned (is_pinned() for any address in
+    it, views included); transfers from it, non_blocking too, carry the values."""
+    t = torch.arange(1000.0)
+    assert not t.is_pinned()
+    p = t.pin_memory()
+    assert p.is_pinned() and p[10:].is_pinned() and p.data_ptr() % 4096 == 0 and torch.equal(p, t)
+    d = p.to("neuron", non_blocking=True)
+    torch.neuron.synchronize()
+    assert torch.equal(d.cpu(), t)
+    back = torch.empty(1000).pin_memory()
+    back.copy_(d, non_blocking=True)
+    torch.neuron.synchronize()
+    assert torch.equal(back, t)
+
+
+def test_dataloader_pin_memory():
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).view(4, 2))
+    (batch,) = next(iter(torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)))
+    assert batch.is_pinned() and torch.equal(batch.to("neuron").cpu(), torch.arange(8.0).view(4, 2))
+
+
 def test_generators_and_rng_state():
     torch.neuron.manual_seed(123)
     g = torch.neuron.default_generator()

@@ -166,3 +166,13 @@ def test_deepcopy_copies_storage_and_keeps_ties():
     base = torch.arange(10.0, device="neuron")
     a, b = copy.deepcopy((base, base[2:5]))  # views stay views of the copied storage
     assert b.data_ptr() == a.data_ptr() + 8 and a.data_ptr() != base.data_ptr()
+
+
+def test_tensor_metadata_of_neuron_tensors():
+    """torch._utils.get/set_tensor_metadata: torch's conj/neg bits work; neuron tensors carry no backend metadata,
+    so any other key is an error naming it instead of being dropped silently."""
+    t = torch.ones(3, device="neuron")
+    assert torch._utils.get_tensor_metadata(t) == {}
+    torch._utils.set_tensor_metadata(t, {})
+    with pytest.raises(RuntimeError, match="neuron tensors carry no backend metadata.*'layout_hint'"):
+        torch._utils.set_tensor_metadata(t, {"layout_hint": True})

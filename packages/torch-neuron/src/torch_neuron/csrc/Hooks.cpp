@@ -1,10 +1,12 @@
 // PrivateUse1 hooks: what torch.accelerator, default generators, pinned memory and storage resize
-// ask of a backend.
+// ask of a backend; backend metadata for serialization.
 #include "Generator.h"
+#include "PinnedMemory.h"
 #include "Runtime.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/csrc/jit/serialization/pickler_helper.h>
 
 namespace torch_neuron {
 namespace {
@@ -37,16 +39,29 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
     TORCH_CHECK(index >= 0, "address ", data, " is not neuron device memory");
     return {c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(index)};
   }
-  // Host memory needs no pinning for HAL transfers; pinned requests get ordinary CPU memory.
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
     resize_storage_bytes(storage, nbytes);
   }
 };
 
+// torch._utils.set_tensor_metadata / torch.load: neuron tensors carry no backend metadata, so a key beyond
+// torch's own conj/neg is an error naming it rather than silently dropped.
+void no_backend_meta(const at::Tensor& /*t*/, std::unordered_map<std::string, bool>& /*metadata*/) {}
+void refuse_backend_meta(const at::Tensor& /*t*/, std::unordered_map<std::string, bool>& metadata) {
+  if (metadata.empty()) return;
+  std::string keys;
+  for (const auto& kv : metadata) keys += (keys.empty() ? "'" : ", '") + kv.first + "'";
+  TORCH_CHECK(false, "set_tensor_metadata: neuron tensors carry no backend metadata (only torch's 'conj' and "
+              "'neg'); got ", keys);
+}
+
 struct Register {
-  Register() { at::RegisterPrivateUse1HooksInterface(new NeuronHooks()); }
+  Register() {
+    at::RegisterPrivateUse1HooksInterface(new NeuronHooks());
+    torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &no_backend_meta, &refuse_backend_meta);
+  }
 } register_hooks;
 
 }  // namespace

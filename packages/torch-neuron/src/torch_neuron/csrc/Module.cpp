@@ -1,5 +1,6 @@
 // torch_neuron._C: the Python entry points of the C++ core.
 #include "Generator.h"
+#include "PinnedMemory.h"
 #include "Runtime.h"
 
 #include <torch/csrc/Generator.h>
@@ -40,6 +41,7 @@ std::pair<uint64_t, uint64_t> reserve(const at::Generator& generator, uint64_t c
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_init", &torch_neuron::init, "install the Python runtime callbacks");
   m.def("_is_initialized", [] { return torch_neuron::runtime() != nullptr; });
+  m.def("_pinned_locked_bytes", &torch_neuron::memory_locked_bytes, "bytes of pinned host memory mlock holds");
   m.def("_current_device", [] { return static_cast<int>(torch_neuron::current_device()); });
   m.def("_set_device", [](int d) { torch_neuron::set_current_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_default_generator", &torch_neuron::default_generator_of);
