@@ -75,6 +75,16 @@ def test_memory_stats_are_exact(driver):
     assert driver.memory_stats(1).largest_free == 64 * MiB
 
 
+def test_freeing_beside_free_memory_subtracts_the_allocation_not_the_coalesced_range(driver):
+    a, b = driver.alloc(0, MiB), driver.alloc(1, 2 * MiB)
+    driver.free(1, b)  # coalesces with the free rest of HBM
+    driver.free(0, a)  # coalesces with b's range and the rest
+    for device in (0, 1):
+        s = driver.memory_stats(device)
+        assert (s.allocated, s.allocations, s.chip_allocated) == (0, 0, 0)
+    assert driver.memory_stats(1).peak_allocated == 2 * MiB
+
+
 def test_out_of_memory_names_requested_free_and_capacity(driver):
     keep = driver.alloc(0, 48 * MiB)
     with pytest.raises(DeviceOutOfMemoryError) as info:

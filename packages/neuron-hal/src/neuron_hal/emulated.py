@@ -78,10 +78,10 @@ class RangeAllocator:
     def free(self, start: int) -> tuple[int, int]:
         if start not in self._live:
             raise InvalidAddressError(f"free of {start:#x}: not the start of a live device allocation")
-        size, owner = self._live.pop(start)
+        freed, owner = self._live.pop(start)
         del self._live_starts[bisect.bisect_left(self._live_starts, start)]
-        self.allocated -= size
-        end = start + size
+        self.allocated -= freed
+        size, end = freed, start + freed
         if end in self._free:
             size += self._free.pop(end)
         for s, sz in list(self._free.items()):
@@ -90,7 +90,7 @@ class RangeAllocator:
                 del self._free[s]
                 break
         self._free[start] = size
-        return size, owner
+        return freed, owner  # the allocation's size, not the coalesced free range's
 
     def check(self, address: int, nbytes: int) -> None:
         """Raise unless [address, address + nbytes) lies inside one live allocation."""
