@@ -122,6 +122,17 @@ def program():
                     isa.DmaCopy(AP.hbm(1, "float32", (128, 64)), sb)])
 
 
+def test_unload_drops_a_program_after_its_last_load(driver):
+    first = driver.load(0, program())
+    assert driver.load(0, program()) is first  # two loads of one digest
+    driver.unload(0, first)
+    assert driver.load(0, program()) is first  # one load left (and one more now)
+    driver.unload(0, first)
+    driver.unload(0, first)
+    fresh = driver.load(0, program())  # every load unloaded: prepared again
+    assert fresh is not first and fresh.program.digest == first.program.digest
+
+
 def test_load_validates_and_execute_binds(driver):
     x, y = driver.alloc(0, 128 * 64 * 4), driver.alloc(0, 128 * 64 * 4)
     loaded = driver.load(0, program())
