@@ -75,6 +75,16 @@ def test_memory_stats_are_exact(driver):
     assert driver.memory_stats(1).largest_free == 64 * MiB
 
 
+def test_freeing_beside_free_memory_subtracts_the_allocation_not_the_coalesced_range(driver):
+    a, b = driver.alloc(0, MiB), driver.alloc(1, 2 * MiB)
+    driver.free(1, b)  # coalesces with the free rest of HBM
+    driver.free(0, a)  # coalesces with b's range and the rest
+    for device in (0, 1):
+        s = driver.memory_stats(device)
+        assert (s.allocated, s.allocations, s.chip_allocated) == (0, 0, 0)
+    assert driver.memory_stats(1).peak_allocated == 2 * MiB
+
+
 def test_out_of_memory_names_requested_free_and_capacity(driver):
     keep = driver.alloc(0, 48 * MiB)
     with pytest.raises(DeviceOutOfMemoryError) as info:
@@ -110,6 +120,17 @@ def program():
                    [isa.DmaCopy(sb, AP.hbm(0, "float32", (128, 64))),
                     isa.DmaCopy(AP.hbm(2, "float32", (128, 64)), sb),
                     isa.DmaCopy(AP.hbm(1, "float32", (128, 64)), sb)])
+
+
+def test_unload_drops_a_program_after_its_last_load(driver):
+    first = driver.load(0, program())
+    assert driver.load(0, program()) is first  # two loads of one digest
+    driver.unload(0, first)
+    assert driver.load(0, program()) is first  # one load left (and one more now)
+    driver.unload(0, first)
+    driver.unload(0, first)
+    fresh = driver.load(0, program())  # every load unloaded: prepared again
+    assert fresh is not first and fresh.program.digest == first.program.digest
 
 
 def test_load_validates_and_execute_binds(driver):

@@ -80,6 +80,19 @@ def test_trace_is_cached_per_signature():
     assert add_rows.trace(a, a, profile="trn3") is not add_rows.trace(a, a)
 
 
+def test_a_kernel_keeps_the_programs_of_its_most_recent_signatures():
+    from neuron_kernels.jit import PROGRAMS_PER_KERNEL
+
+    specs = [TensorSpec((128, 8 + i), nl.float32) for i in range(PROGRAMS_PER_KERNEL + 3)]
+    first = add_rows.trace(specs[0], specs[0])
+    for s in specs[1:]:
+        add_rows.trace(s, s)
+    assert len(add_rows._programs) == PROGRAMS_PER_KERNEL  # bounded, whatever the shapes seen
+    assert add_rows.trace(specs[-1], specs[-1]) is add_rows.trace(specs[-1], specs[-1])
+    again = add_rows.trace(specs[0], specs[0])  # evicted: traced again, the same program
+    assert again is not first and again.digest == first.digest
+
+
 def test_loop_tiles_rotate_through_free_space():
     prog = add_rows.trace(TensorSpec((1024, 512), nl.float32), TensorSpec((1024, 512), nl.float32))
     loads = [i.dst.offset for i in prog.instructions if isinstance(i, isa.DmaCopy) and i.dst.space is Space.SBUF]

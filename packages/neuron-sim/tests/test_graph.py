@@ -112,6 +112,26 @@ def test_graphs_are_per_thread_and_reuse_their_merged_program():
     drv.end_graph(0, 0)
 
 
+def test_a_cached_merged_program_keeps_its_programs_alive():
+    """The merged-program cache is keyed by its programs' ids: while an entry lives its programs must, or a program
+    made after one was let go of (an evicted launch) could take its id and be given the wrong merged program."""
+    import gc
+    import weakref
+
+    drv = SimDriver(TRN2)
+    prog = unary("exp", Act.exp)
+    loaded = drv.load(0, prog)
+    a, b = tensors(drv, 2)
+    drv.begin_graph(0, 0)
+    drv.execute(0, loaded, [a, b])
+    drv.end_graph(0, 0)
+    alive = weakref.ref(prog)
+    drv.unload(0, loaded)
+    del prog, loaded
+    gc.collect()
+    assert alive() is not None and len(drv._merged_cache) == 1
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 50)), min_size=1, max_size=12))
 def test_buffers_group_overlapping_ranges_in_first_use_order(ranges):

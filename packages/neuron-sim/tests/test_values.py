@@ -634,6 +634,25 @@ def test_matmul(data):
     assert np.all(np.abs(got - want) <= tol), np.max(np.abs(got - want) - tol)
 
 
+def test_matmuls_of_many_shapes_share_one_work_buffer_per_role():
+    """The core's work arrays are one per role, grown to the largest size (one per shape would grow with every new
+    shape a job runs); results are the matmul's whatever the shapes before."""
+    rig = Rig()
+    rig.core.scratchpad._arrays.clear()
+    for i, (K, M, N) in enumerate([(128, 128, 512), (7, 3, 5), (64, 100, 300), (128, 1, 1), (33, 128, 511)]):
+        stat, mov = AP.sbuf("bfloat16", K, (M,)), AP.sbuf("bfloat16", K, (N,), offset=256)
+        dst = AP.psum("float32", M, (N,))
+        a = random_values(i, DType.bfloat16, (K, M), specials=False)
+        b = random_values(i + 10, DType.bfloat16, (K, N), specials=False)
+        rig.put(stat, a)
+        rig.put(mov, b)
+        rig.run(isa.Matmul(dst, stat, mov))
+        np.testing.assert_allclose(f64(rig.get(dst)), f64(a).T @ f64(b), rtol=1e-4, atol=1e-3)
+    sizes = {k[0]: a.size for k, a in rig.core.scratchpad._arrays.items()}
+    assert len(rig.core.scratchpad._arrays) == 3
+    assert sizes == {"mm_stationary": 128 * 128, "mm_moving": 128 * 512, "mm_result": 128 * 512}
+
+
 def test_matmul_fp32_accumulates_across_instructions_and_propagates_nan():
     rig = Rig()
     st_ = AP.sbuf("bfloat16", 128, (128,))

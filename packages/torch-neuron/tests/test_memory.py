@@ -5,6 +5,12 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuron_hal import TRN2
+from neuron_hal.drivers.null import NullDriver
+from torch_neuron.allocator import CachingAllocator, round_size
 
 
 def test_allocation_statistics_are_exact():
@@ -62,3 +68,145 @@ def test_exhausting_hbm_raises_out_of_memory_with_the_figures():
 def test_out_of_memory_is_torch_out_of_memory_error():
     with pytest.raises(torch.OutOfMemoryError, match="tried to allocate"):
         torch.empty(2**50, dtype=torch.uint8, device="neuron")
+
+
+# -- the caching allocator: segments, best fit, splits and merges (as torch.cuda's) ---------------------------
+MiB = 2**20
+
+
+@pytest.fixture
+def allocator(monkeypatch):
+    """A CachingAllocator over its own 256 MiB null driver: exact figures, whatever the process did before."""
+    monkeypatch.setenv("NEURON_SIM_HBM_BYTES", str(256 * MiB))
+    return CachingAllocator(NullDriver(TRN2))
+
+
+def _current(a, key):
+    return a.stats[0].as_dict()[f"{key}.all.current"]
+
+
+def test_large_request_splits_the_best_fitting_cached_block(allocator):
+    a = allocator
+    big, mid = a.alloc(0, 30 * MiB), a.alloc(0, 24 * MiB)
+    a.free(0, big)
+    a.free(0, mid)
+    assert _current(a, "reserved_bytes") == 54 * MiB and _current(a, "segment") == 2
+    x = a.alloc(0, 12 * MiB)  # best fit: the 24 MiB block, split; the 30 MiB one stays whole
+    assert x == mid
+    assert _current(a, "reserved_bytes") == 54 * MiB and a.stats[0].device_allocs == 2
+    assert _current(a, "allocated_bytes") == 12 * MiB and _current(a, "inactive_split_bytes") == 12 * MiB
+    y = a.alloc(0, 5 * MiB)  # the 12 MiB remainder is the best fit now
+    assert y == mid + 12 * MiB and _current(a, "inactive_split_bytes") == 7 * MiB
+    a.free(0, x)
+    a.free(0, y)  # merges with both free neighbours: one free 24 MiB block again
+    assert _current(a, "inactive_split_bytes") == 0 and _current(a, "inactive_split") == 0
+    assert a.alloc(0, 24 * MiB) == mid
+
+
+def test_large_request_does_not_split_off_a_remainder_of_1_mib_or_less(allocator):
+    a = allocator
+    a.free(0, a.alloc(0, 12 * MiB))
+    x = a.alloc(0, 11 * MiB + 512)  # 1 MiB - 512 B left over: the whole block is handed out, as CUDA does
+    assert _current(a, "allocated_bytes") == 12 * MiB and _current(a, "requested_bytes") == 11 * MiB + 512
+    a.free(0, x)
+    y = a.alloc(0, 4 * MiB)  # 8 MiB left over: split
+    assert y == x and _current(a, "allocated_bytes") == 4 * MiB and _current(a, "inactive_split_bytes") == 8 * MiB
+
+
+def test_small_requests_share_2_mib_segments_in_512_byte_blocks(allocator):
+    a = allocator
+    x, y, z = a.alloc(0, 4000), a.alloc(0, 1), a.alloc(0, 1 << 20)
+    assert y == x + 4096 and z == y + 512  # carved one after the other from one segment
+    assert _current(a, "segment") == 1 and _current(a, "reserved_bytes") == 2 * MiB
+    assert _current(a, "allocated_bytes") == 4096 + 512 + MiB
+    w = a.alloc(0, 1 << 20)  # no room left in the first segment: a second one
+    assert _current(a, "segment") == 2 and _current(a, "reserved_bytes") == 4 * MiB
+    for p in (x, y, z, w):
+        a.free(0, p)
+    assert _current(a, "allocated_bytes") == 0 and _current(a, "inactive_split_bytes") == 0
+    a.empty_cache()
+    assert _current(a, "reserved_bytes") == 0 and a.driver.memory_stats(0).allocated == 0
+
+
+def test_small_requests_never_take_large_pool_blocks(allocator):
+    a = allocator
+    a.free(0, a.alloc(0, 30 * MiB))
+    a.alloc(0, 4096)
+    assert _current(a, "segment") == 2 and _current(a, "reserved_bytes") == 32 * MiB
+
+
+def test_empty_cache_returns_every_unused_segment_and_keeps_the_used_ones(allocator):
+    a = allocator
+    keep = a.alloc(0, 3 * MiB)  # in a 20 MiB segment, with a free 17 MiB remainder
+    for p in [a.alloc(0, n * MiB) for n in (11, 40, 2)] + [a.alloc(0, 700)]:
+        a.free(0, p)
+    a.empty_cache()
+    assert _current(a, "segment") == 1 and _current(a, "reserved_bytes") == 20 * MiB
+    assert _current(a, "inactive_split_bytes") == 17 * MiB and a.driver.memory_stats(0).allocated == 20 * MiB
+    a.free(0, keep)
+    a.empty_cache()
+    assert _current(a, "reserved_bytes") == 0 and a.driver.memory_stats(0).allocations == 0
+
+
+def test_out_of_memory_returns_cached_segments_and_retries(allocator):
+    a = allocator
+    a.free(0, a.alloc(0, 150 * MiB))
+    x = a.alloc(0, 200 * MiB)  # does not fit beside the cached 150 MiB: that goes back to the driver first
+    assert a.stats[0].retries == 1 and _current(a, "reserved_bytes") == 200 * MiB
+    a.free(0, x)
+    y = a.alloc(0, 3 * MiB)  # reuses the cached 200 MiB (split), no new segment
+    assert y == x and a.stats[0].device_allocs == 2
+    with pytest.raises(torch.OutOfMemoryError, match="tried to allocate 300.00 MiB"):
+        a.alloc(0, 300 * MiB)
+    assert a.stats[0].ooms == 1
+
+
+def test_a_rounded_up_segment_that_does_not_fit_falls_back_to_the_block_size(allocator):
+    a = allocator
+    hold = a.alloc(0, 246 * MiB)  # 10 MiB left: a 2 MiB request's 20 MiB segment cannot be had
+    x = a.alloc(0, 2 * MiB)
+    assert _current(a, "reserved_bytes") == 248 * MiB
+    a.free(0, x)
+    a.free(0, hold)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 24 * MiB), st.integers(0, 2**16)), min_size=1, max_size=60))
+def test_random_alloc_free_sequences_keep_segments_tiled_and_statistics_exact(ops):
+    a, live = CachingAllocator(NullDriver(TRN2)), {}
+    for is_alloc, nbytes, pick in ops:
+        if is_alloc or not live:
+            address = a.alloc(0, nbytes)
+            assert address not in live
+            live[address] = nbytes
+        else:
+            a.free(0, address := sorted(live)[pick % len(live)])
+            del live[address]
+        _check_allocator(a, live)
+    for address in list(live):
+        a.free(0, address)
+    a.empty_cache()
+    assert _current(a, "reserved_bytes") == 0 and a.driver.memory_stats(0).allocated == 0
+
+
+def _check_allocator(a, live: dict) -> None:
+    """Every segment is tiled by its blocks, live blocks hold their request, and the statistics are the sums."""
+    allocated = inactive = 0
+    for start, size, _ in a.segments:
+        block, end = a.blocks[start], start
+        assert block.prev is None
+        while block is not None:
+            assert block.address == end
+            end += block.size
+            if block.allocated:
+                assert round_size(live[block.address]) <= block.size
+                allocated += block.size
+            elif block.is_split:
+                inactive += block.size
+            assert block.next is None or not (not block.allocated and not block.next.allocated)  # merged
+            block = block.next
+        assert end == start + size
+    assert {b.address for b in a.blocks.values() if b.allocated} == set(live)
+    assert _current(a, "allocated_bytes") == allocated and _current(a, "inactive_split_bytes") == inactive
+    assert _current(a, "reserved_bytes") == sum(s for _, s, _ in a.segments) == a.driver.memory_stats(0).allocated
+    assert _current(a, "requested_bytes") == sum(live.values())

@@ -129,6 +129,12 @@ class Driver(abc.ABC):
         """Validate and prepare a program; returns a handle for ``execute``. Cached by program digest."""
 
     @abc.abstractmethod
+    def unload(self, device: int, loaded) -> None:
+        """The caller is done with a handle ``load`` returned (it must not execute it again): once every load of
+        the program is unloaded the driver drops what it prepared for it, so callers that load a program per
+        shape and let go of the old ones (torch-neuron's bounded launch cache) hold bounded memory."""
+
+    @abc.abstractmethod
     def execute(self, device: int, loaded, args: Sequence[int], queue: int = 0,
                 trace: bool = False) -> ExecutionReport:
         """Run a loaded program with its tensors bound to device addresses (in ``program.args`` order;

@@ -73,10 +73,10 @@ class RangeAllocator:
     def free(self, start: int) -> tuple[int, int]:
         if start not in self._live:
             raise InvalidAddressError(f"free of {start:#x}: not the start of a live device allocation")
-        size, owner = self._live.pop(start)
+        freed, owner = self._live.pop(start)
         del self._live_starts[bisect.bisect_left(self._live_starts, start)]
-        self.allocated -= size
-        end = start + size
+        self.allocated -= freed
+        size, end = freed, start + freed
         if end in self._free:
             size += self._free.pop(end)
         for s, sz in list(self._free.items()):
@@ -85,7 +85,7 @@ class RangeAllocator:
                 del self._free[s]
                 break
         self._free[start] = size
-        return size, owner
+        return freed, owner  # the allocation's size, not the coalesced free range's
 
     def check(self, address: int, nbytes: int) -> None:
         """Raise unless [address, address + nbytes) lies inside one live allocation."""
@@ -144,9 +144,10 @@ class EmulatedDriver(Driver):
         self._opened: set[int] = set()
         self._queues: dict[tuple[int, int], float] = {}
         self._core_busy = [0.0] * n
-        self._loaded: dict[str, Loaded] = {}
+        self._loaded: dict[str, Loaded] = {}  # by program digest, while some caller holds a load of it
+        self._loads: dict[str, int] = {}  # loads not yet unloaded, by digest
         self._graphs = threading.local()  # (device, queue) -> executions recorded by this thread
-        self._merged_cache: dict[tuple, Loaded] = {}
+        self._merged_cache: dict[tuple, tuple[Loaded, list[Program]]] = {}
 
     # -- devices ------------------------------------------------------------------------------
     def devices(self) -> list[DeviceInfo]:
@@ -215,11 +216,25 @@ class EmulatedDriver(Driver):
     # -- programs -----------------------------------------------------------------------------
     def load(self, device: int, program: Program) -> Loaded:
         self._device(device)
-        loaded = self._loaded.get(program.digest)
-        if loaded is None:
+        digest = program.digest
+        if digest not in self._loaded:
             validate(program, self.profile)
-            loaded = self._loaded[program.digest] = Loaded(program, prepare=self._prepare)
+        with self._lock:
+            loaded = self._loaded.get(digest)
+            if loaded is None:
+                loaded = self._loaded[digest] = Loaded(program, prepare=self._prepare)
+            self._loads[digest] = self._loads.get(digest, 0) + 1
         return loaded
+
+    def unload(self, device: int, loaded: Loaded) -> None:
+        digest = loaded.program.digest
+        with self._lock:
+            left = self._loads.get(digest, 0) - 1
+            if left > 0:
+                self._loads[digest] = left
+            else:  # the last load of the program: its validation and prepared plans go with it
+                self._loads.pop(digest, None)
+                self._loaded.pop(digest, None)
 
     def _prepare(self, program: Program):
         return None
@@ -275,7 +290,7 @@ class EmulatedDriver(Driver):
         lo, hi = merge.spans(programs, bindings)
         which, starts, ends = merge.buffers(lo, hi)
         key = (tuple(map(id, programs)), which.tobytes(), (lo - starts[which]).tobytes(), (ends - starts).tobytes())
-        hit = self._merged_cache.pop(key, None)
+        hit, _ = self._merged_cache.pop(key, (None, None))
         if hit is None:
             # valid by construction: its programs were validated at load, and merging keeps every access inside
             # its buffer and every on-chip footprint inside SBUF/PSUM (64-byte / bank aligned shifts). Not kept
@@ -285,7 +300,9 @@ class EmulatedDriver(Driver):
             hit = self._load_merged(MergedGraph(
                 hashlib.sha256(repr(content).encode()).hexdigest(), name, sum(len(p.instructions) for p in programs),
                 lambda: merge.merge(programs, bindings, self.profile, name)[0]))
-        self._merged_cache[key] = hit  # most recent last: the oldest goes first
+        # most recent last: the oldest goes first. The entry holds its programs: the key has their ids, which a
+        # program traced after one of them was let go of (an evicted launch) could otherwise take over
+        self._merged_cache[key] = hit, programs
         while len(self._merged_cache) > GRAPH_CACHE_ENTRIES:
             del self._merged_cache[next(iter(self._merged_cache))]
         return hit, [int(s) for s in starts]

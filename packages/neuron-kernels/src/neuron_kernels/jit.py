@@ -26,6 +26,7 @@ from neuron_hal import DType, ExecutionReport, Profile, Program, ProgramError, g
 from neuron_hal.validate import passed
 
 from .errors import KernelError
+from .lru import LRU
 from .store import default_store
 from .tensors import View
 from .tracer import Builder
@@ -54,6 +55,10 @@ def _is_tensor(x) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
+PROGRAMS_PER_KERNEL = 16  # traced programs a kernel keeps: the most recently used signatures' (shapes that change
+# every step would otherwise keep one per shape ever seen; torch-neuron keeps its launches' programs itself)
+
+
 class Kernel:
     def __init__(self, fn, name: str | None = None, tunables: dict | None = None, version: int = 1):
         self.fn = fn
@@ -67,7 +72,7 @@ class Kernel:
                 raise KernelError(f"kernel {self.name!r}: tunable {k!r} needs a keyword parameter with a default")
             if not choices:
                 raise KernelError(f"kernel {self.name!r}: tunable {k!r} has no choices")
-        self._programs: dict[tuple, Program] = {}
+        self._programs = LRU(PROGRAMS_PER_KERNEL)  # traced programs by signature (see PROGRAMS_PER_KERNEL)
         self.store = None  # this kernel's ProgramStore, else store.default_store()
         self.last_report: ExecutionReport | None = None
         functools.update_wrapper(self, fn)
@@ -109,7 +114,8 @@ class Kernel:
         return (profile.name, profile.fingerprint, tuple(parts))  # a replaced profile keeps its name, not its programs
 
     def trace(self, *args, profile: Profile | str | None = None, **kwargs) -> Program:
-        """The Program for these argument shapes/dtypes (arrays or TensorSpecs) and constants; cached."""
+        """The Program for these argument shapes/dtypes (arrays or TensorSpecs) and constants; the programs of the
+        ``PROGRAMS_PER_KERNEL`` most recently traced signatures are kept."""
         prof = profile if isinstance(profile, Profile) else get_profile(profile)
         bound = self._bind(args, kwargs, prof)
         key = self._key(bound, prof)

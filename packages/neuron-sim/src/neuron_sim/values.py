@@ -152,12 +152,14 @@ class Scratchpad:
         self._arrays: dict = {}
 
     def get(self, key, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A work array (contents undefined)."""
-        k = (key, shape, dtype)
+        """A work array (contents undefined): a view of the one buffer kept per (key, dtype), grown to the largest
+        size asked for (a buffer per shape would grow with every new shape a job runs)."""
+        n = math.prod(shape)
+        k = (key, dtype)
         a = self._arrays.get(k)
-        if a is None:
-            a = self._arrays[k] = np.empty(shape, dtype)
-        return a
+        if a is None or a.size < n:
+            a = self._arrays[k] = np.empty(n, dtype)
+        return a[:n].reshape(shape)
 
 
 # ================================================================================================

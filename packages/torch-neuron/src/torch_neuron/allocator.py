@@ -1,120 +1,271 @@
-"""A caching allocator over HAL device memory, as torch.cuda's: freed blocks are kept per rounded
-size and reused, so a training step's allocations stop reaching the driver after the first step.
+"""A caching allocator over HAL device memory, as torch.cuda's: device memory is taken from the driver in segments
+and handed out as blocks carved from them, so a training step's allocations stop reaching the driver after the
+first step, and a job whose shapes change every step reuses what it has instead of growing.
 
-Block sizes are rounded up (512 B below 1 MiB, 2 MiB above) so that similar requests share
-blocks; the statistics count those block sizes, as CUDA's do.
+Requests are rounded up to 512 B blocks. Requests of at most 1 MiB share 2 MiB segments (the small pool); larger
+ones take 20 MiB segments below 10 MiB and segments rounded up to 2 MiB above (the large pool), as CUDA's. A request
+takes the smallest free block of its pool that holds it (best fit) and splits it when the remainder is worth
+keeping (at least 512 B in the small pool, more than 1 MiB in the large one): the remainder stays cached as a free
+block, and a freed block merges with the free neighbours of its segment. ``empty_cache`` returns every segment with
+nothing allocated in it to the driver; an allocation the driver cannot serve does that and retries once.
+
+Streams: the HAL's emulated drivers complete a program before ``execute`` returns, so a block freed after its last
+use on any stream is idle and may be reused by any stream at once (what CUDA needs ``record_stream`` for). Every
+block is therefore active until freed: ``active_bytes`` equals ``allocated_bytes``.
+
+The statistics are CUDA's (``torch.cuda.memory_stats`` names): block sizes in ``allocated_bytes`` / ``active_bytes``,
+segment sizes in ``reserved_bytes``, free blocks of partly used segments in ``inactive_split_bytes``, the requested
+bytes in ``requested_bytes``, and counts of allocations, segments and inactive splits.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 
 import torch
 
 from neuron_hal import DeviceOutOfMemoryError
 
-SMALL, SMALL_LIMIT, LARGE = 512, 1 << 20, 2 << 20
+MIN_BLOCK = 512  # every block is a multiple of this (kMinBlockSize)
+SMALL_SIZE = 1 << 20  # requests up to this share the small pool's segments (kSmallSize)
+SMALL_SEGMENT = 2 << 20  # kSmallBuffer
+LARGE_SEGMENT = 20 << 20  # the segment of a large request below MIN_LARGE_ALLOC (kLargeBuffer)
+MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
+ROUND_LARGE = 2 << 20  # segments of larger requests are rounded up to this (kRoundLarge)
 
 
 def round_size(nbytes: int) -> int:
-    unit = SMALL if nbytes < SMALL_LIMIT else LARGE
-    return -(-nbytes // unit) * unit
+    """The block size of a request: a multiple of 512 B, at least 512 B."""
+    return max(MIN_BLOCK, -(-nbytes // MIN_BLOCK) * MIN_BLOCK)
+
+
+def segment_size(size: int) -> int:
+    """The driver allocation a block of ``size`` bytes is carved from when no cached block holds it."""
+    if size <= SMALL_SIZE:
+        return SMALL_SEGMENT
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_SEGMENT
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+class Stat:
+    """One statistic as CUDA keeps it: current and peak value, and the totals added and removed."""
+
+    __slots__ = ("current", "peak", "allocated", "freed")
+
+    def __init__(self):
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def add(self, n: int) -> None:
+        self.current += n
+        self.allocated += n
+        self.peak = max(self.peak, self.current)
+
+    def sub(self, n: int) -> None:
+        self.current -= n
+        self.freed += n
+
+
+STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes", "active_bytes",
+         "inactive_split_bytes", "requested_bytes")
 
 
 class DeviceStats:
     def __init__(self):
-        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = 0
-        self.allocations = self.peak_allocations = self.alloc_count = self.free_count = 0
-        self.ooms = self.retries = 0
-        self.requested = self.peak_requested = 0
+        for name in STATS:
+            setattr(self, name, Stat())
+        self.ooms = self.retries = self.device_allocs = self.device_frees = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "allocated_bytes.all.current": self.allocated, "allocated_bytes.all.peak": self.peak_allocated,
-            "allocated_bytes.all.allocated": self.alloc_count, "allocated_bytes.all.freed": self.free_count,
-            "requested_bytes.all.current": self.requested, "requested_bytes.all.peak": self.peak_requested,
-            "reserved_bytes.all.current": self.reserved, "reserved_bytes.all.peak": self.peak_reserved,
-            "active_bytes.all.current": self.allocated, "active_bytes.all.peak": self.peak_allocated,
-            "allocation.all.current": self.allocations, "allocation.all.peak": self.peak_allocations,
-            "num_alloc_retries": self.retries, "num_ooms": self.ooms,
-        }
+        out = {}
+        for name in STATS:
+            s = getattr(self, name)
+            out |= {f"{name}.all.current": s.current, f"{name}.all.peak": s.peak,
+                    f"{name}.all.allocated": s.allocated, f"{name}.all.freed": s.freed}
+        return out | {"num_alloc_retries": self.retries, "num_ooms": self.ooms,
+                      "num_device_alloc": self.device_allocs, "num_device_free": self.device_frees}
+
+    def reset_peak(self) -> None:
+        for name in STATS:
+            s = getattr(self, name)
+            s.peak = s.current
+
+
+class Block:
+    """A piece of a segment: [address, address + size), allocated or free, with its neighbours in the segment."""
+
+    __slots__ = ("device", "address", "size", "requested", "small", "prev", "next", "allocated")
+
+    def __init__(self, device: int, address: int, size: int, small: bool):
+        self.device, self.address, self.size, self.small = device, address, size, small
+        self.requested, self.prev, self.next, self.allocated = 0, None, None, False
+
+    @property
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
 
 
 class CachingAllocator:
     def __init__(self, driver):
         self.driver = driver
-        self.cache: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))  # device -> size -> addrs
-        self.live: dict[int, tuple[int, int, int]] = {}  # address -> (device, block size, requested)
+        self.pools: dict[tuple[int, bool], list[tuple[int, int]]] = defaultdict(list)  # (device, small) -> free
+        self.blocks: dict[int, Block] = {}  # address -> every block, free or allocated
+        self.segments: list[tuple[int, int, int]] = []  # sorted (start, size, device) of the driver allocations
         self.stats: dict[int, DeviceStats] = defaultdict(DeviceStats)
 
+    # -- allocation ------------------------------------------------------------------------------
     def alloc(self, device: int, nbytes: int) -> int:
         size = round_size(nbytes)
-        free_list = self.cache[device][size]
+        small = size <= SMALL_SIZE
+        block = self._best_fit(device, small, size) or self._segment(device, size, small, nbytes)
+        if _should_split(block, size):
+            self._split(block, size)
+        block.allocated, block.requested = True, nbytes
         s = self.stats[device]
-        if free_list:
-            address = free_list.pop()
-        else:
-            address = self._fresh(device, size, nbytes)
-            s.reserved += size
-            s.peak_reserved = max(s.peak_reserved, s.reserved)
-        self.live[address] = (device, size, nbytes)
-        s.allocated += size
-        s.requested += nbytes
-        s.allocations += 1
-        s.alloc_count += size
-        s.peak_allocated = max(s.peak_allocated, s.allocated)
-        s.peak_requested = max(s.peak_requested, s.requested)
-        s.peak_allocations = max(s.peak_allocations, s.allocations)
-        return address
+        s.allocation.add(1)
+        s.active.add(1)
+        s.allocated_bytes.add(block.size)
+        s.active_bytes.add(block.size)
+        s.requested_bytes.add(nbytes)
+        return block.address
 
-    def _fresh(self, device: int, size: int, nbytes: int) -> int:
-        try:
-            return self.driver.alloc(device, size)
-        except DeviceOutOfMemoryError:
+    def _best_fit(self, device: int, small: bool, size: int) -> Block | None:
+        """The smallest cached free block of the pool that holds ``size`` bytes (lowest address among equals)."""
+        pool = self.pools[(device, small)]
+        i = bisect.bisect_left(pool, (size, 0))
+        if i == len(pool):
+            return None
+        block = self.blocks[pool[i][1]]
+        self._unfree(block)
+        return block
+
+    def _segment(self, device: int, size: int, small: bool, nbytes: int) -> Block:
+        """A new segment holding a block of ``size`` bytes. When the driver cannot serve it, the cached segments go
+        back to the driver and it is retried; a rounded-up segment that still does not fit gives way to one of
+        the block's size; that not fitting either is torch's out-of-memory error."""
+        want = segment_size(size)
+        address = self._driver_alloc(device, want)
+        if isinstance(address, DeviceOutOfMemoryError):
             self.stats[device].retries += 1
             self.empty_cache(device)
-        try:
-            return self.driver.alloc(device, size)
-        except DeviceOutOfMemoryError as e:
-            self.stats[device].ooms += 1
-            s = self.stats[device]
-            raise torch.OutOfMemoryError(
-                f"neuron:{device} out of memory: tried to allocate {_fmt(nbytes)}; {_fmt(e.free)} free of "
-                f"{_fmt(e.capacity)} HBM capacity (largest free block {_fmt(e.largest_free)}); "
-                f"{_fmt(s.allocated)} allocated by tensors, {_fmt(s.reserved - s.allocated)} cached. "
-                f"Lower the batch size, free tensors, or raise NEURON_SIM_HBM_BYTES on the simulator."
-            ) from None
-
-    def free(self, device: int, address: int) -> None:
-        device, size, nbytes = self.live.pop(address)
+            address = self._driver_alloc(device, want)
+        if isinstance(address, DeviceOutOfMemoryError) and want > size:
+            want, address = size, self._driver_alloc(device, size)
+        if isinstance(address, DeviceOutOfMemoryError):
+            self._raise_oom(device, nbytes, address)
+        bisect.insort(self.segments, (address, want, device))
+        block = self.blocks[address] = Block(device, address, want, small)
         s = self.stats[device]
-        s.allocated -= size
-        s.requested -= nbytes
-        s.allocations -= 1
-        s.free_count += size
-        self.cache[device][size].append(address)
+        s.segment.add(1)
+        s.reserved_bytes.add(want)
+        s.device_allocs += 1
+        return block
+
+    def _driver_alloc(self, device: int, nbytes: int) -> int | DeviceOutOfMemoryError:
+        try:
+            return self.driver.alloc(device, nbytes)
+        except DeviceOutOfMemoryError as e:
+            return e
+
+    def _raise_oom(self, device: int, nbytes: int, e: DeviceOutOfMemoryError):
+        s = self.stats[device]
+        s.ooms += 1
+        allocated, reserved = s.allocated_bytes.current, s.reserved_bytes.current
+        raise torch.OutOfMemoryError(
+            f"neuron:{device} out of memory: tried to allocate {_fmt(nbytes)}; {_fmt(e.free)} free of "
+            f"{_fmt(e.capacity)} HBM capacity (largest free block {_fmt(e.largest_free)}); "
+            f"{_fmt(allocated)} allocated by tensors, {_fmt(reserved - allocated)} cached. "
+            f"Lower the batch size, free tensors, or raise NEURON_SIM_HBM_BYTES on the simulator."
+        ) from None
+
+    def _split(self, block: Block, size: int) -> None:
+        rest = Block(block.device, block.address + size, block.size - size, block.small)
+        rest.prev, rest.next = block, block.next
+        if block.next is not None:
+            block.next.prev = rest
+        block.next, block.size = rest, size
+        self.blocks[rest.address] = rest
+        self._free(rest)
+
+    # -- freeing ---------------------------------------------------------------------------------
+    def free(self, device: int, address: int) -> None:
+        block = self.blocks[address]
+        s = self.stats[block.device]
+        s.allocation.sub(1)
+        s.active.sub(1)
+        s.allocated_bytes.sub(block.size)
+        s.active_bytes.sub(block.size)
+        s.requested_bytes.sub(block.requested)
+        block.allocated, block.requested = False, 0
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated:
+                block = self._merge(block, neighbour)
+        self._free(block)
+
+    def _merge(self, block: Block, neighbour: Block) -> Block:
+        """One free block of ``block`` and its free neighbour (which leaves the pool)."""
+        self._unfree(neighbour)
+        first, second = (neighbour, block) if neighbour.next is block else (block, neighbour)
+        first.size += second.size
+        first.next = second.next
+        if second.next is not None:
+            second.next.prev = first
+        del self.blocks[second.address]
+        return first
+
+    def _free(self, block: Block) -> None:
+        bisect.insort(self.pools[(block.device, block.small)], (block.size, block.address))
+        if block.is_split:
+            s = self.stats[block.device]
+            s.inactive_split.add(1)
+            s.inactive_split_bytes.add(block.size)
+
+    def _unfree(self, block: Block) -> None:
+        pool = self.pools[(block.device, block.small)]
+        del pool[bisect.bisect_left(pool, (block.size, block.address))]
+        if block.is_split:
+            s = self.stats[block.device]
+            s.inactive_split.sub(1)
+            s.inactive_split_bytes.sub(block.size)
 
     def empty_cache(self, device: int | None = None) -> None:
-        for dev in [device] if device is not None else list(self.cache):
-            for size, addresses in self.cache[dev].items():
-                for address in addresses:
-                    self.driver.free(dev, address)
-                self.stats[dev].reserved -= size * len(addresses)
-            self.cache[dev].clear()
+        """Return every segment with no allocated block (one free block spanning it) to the driver."""
+        for (dev, _), pool in list(self.pools.items()):
+            if device is not None and dev != device:
+                continue
+            for _, address in [entry for entry in pool if not self.blocks[entry[1]].is_split]:
+                self._release(self.blocks[address])
 
+    def _release(self, block: Block) -> None:
+        self._unfree(block)
+        del self.blocks[block.address]
+        del self.segments[bisect.bisect_left(self.segments, (block.address,))]
+        self.driver.free(block.device, block.address)
+        s = self.stats[block.device]
+        s.segment.sub(1)
+        s.reserved_bytes.sub(block.size)
+        s.device_frees += 1
+
+    # -- queries ---------------------------------------------------------------------------------
     def device_of(self, address: int) -> int:
-        hit = self.live.get(address)
-        if hit is not None:
-            return hit[0]
-        for start, (device, size, _) in self.live.items():
-            if start <= address < start + size:
+        """The device whose memory holds ``address`` (any byte of a segment), or -1."""
+        i = bisect.bisect_right(self.segments, (address, float("inf"))) - 1
+        if i >= 0:
+            start, size, device = self.segments[i]
+            if address < start + size:
                 return device
         return -1
 
     def reset_peak(self, device: int) -> None:
-        s = self.stats[device]
-        s.peak_allocated, s.peak_reserved = s.allocated, s.reserved
-        s.peak_requested, s.peak_allocations = s.requested, s.allocations
+        self.stats[device].reset_peak()
+
+
+def _should_split(block: Block, size: int) -> bool:
+    """CUDA's rule: split off a remainder of at least a block in the small pool, of more than 1 MiB in the large
+    one (a smaller remainder stays with the block: large requests of nearly the same size share blocks)."""
+    remaining = block.size - size
+    return remaining >= MIN_BLOCK if block.small else remaining > SMALL_SIZE
 
 
 def _fmt(n: int) -> str:

@@ -6,24 +6,29 @@ from .device import _index
 from .runtime import runtime
 
 
+def _stats(device):
+    return runtime().allocator.stats[_index(device)]
+
+
 def memory_stats(device=None) -> dict[str, int]:
-    return runtime().allocator.stats[_index(device)].as_dict()
+    """torch.cuda.memory_stats' keys (see ``allocator``), for one device."""
+    return _stats(device).as_dict()
 
 
 def memory_allocated(device=None) -> int:
-    return runtime().allocator.stats[_index(device)].allocated
+    return _stats(device).allocated_bytes.current
 
 
 def max_memory_allocated(device=None) -> int:
-    return runtime().allocator.stats[_index(device)].peak_allocated
+    return _stats(device).allocated_bytes.peak
 
 
 def memory_reserved(device=None) -> int:
-    return runtime().allocator.stats[_index(device)].reserved
+    return _stats(device).reserved_bytes.current
 
 
 def max_memory_reserved(device=None) -> int:
-    return runtime().allocator.stats[_index(device)].peak_reserved
+    return _stats(device).reserved_bytes.peak
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -31,7 +36,8 @@ def reset_peak_memory_stats(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """Return cached blocks to the device (the driver's HBM), as torch.cuda.empty_cache."""
+    """Return every cached segment with no tensor in it to the device (the driver's HBM), as
+    torch.cuda.empty_cache: reserved memory drops to the segments live tensors occupy."""
     runtime().allocator.empty_cache()
 
 

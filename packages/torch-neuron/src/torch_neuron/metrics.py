@@ -10,6 +10,7 @@ device_ns: defaultdict[str, float] = defaultdict(float)
 launches: Counter[str] = Counter()
 compile_counts: Counter[str] = Counter()  # graphs and fused regions compiled, program cache hits and misses
 observers: list = []  # callables (op, ns) told of every native op, e.g. an active profiler
+caches: dict = {}  # name -> bounded cache (neuron_kernels.lru.LRU) reported in metrics()["caches"]
 
 
 def record_native(op: str, ns: float, programs: int = 1) -> None:
@@ -25,8 +26,13 @@ def record_compile(event: str, n: int = 1) -> None:
     compile_counts[event] += n
 
 
+def register_cache(name: str, cache) -> None:
+    caches[name] = cache
+
+
 def metrics() -> dict:
-    """A snapshot: ``native`` / ``fallback`` call counts per op, ``device_ns`` per op, and totals."""
+    """A snapshot: ``native`` / ``fallback`` call counts per op, ``device_ns`` per op, and totals; ``caches``: the
+    entries, capacity, hits, misses and evictions of each bounded cache (``launch``: prepared launches)."""
     return {
         "native": dict(native_calls),
         "fallback": dict(fallback_calls),
@@ -36,12 +42,15 @@ def metrics() -> dict:
         "native_ops": len(native_calls),
         "fallback_ops": len(fallback_calls),
         "compile": dict(compile_counts),
+        "caches": {name: cache.stats() for name, cache in caches.items()},
     }
 
 
 def reset_metrics() -> None:
     for counter in (native_calls, fallback_calls, device_ns, launches, compile_counts):
         counter.clear()
+    for cache in caches.values():
+        cache.reset_stats()
 
 
 def top_ops(n: int = 10) -> list[tuple[str, float, int]]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
 
 import torch
 import torch.fx as fx
 
-from ..ops.launch import execute, prepared
+from neuron_kernels.lru import LRU
+
+from ..ops.launch import CACHE_ENTRIES, execute, prepared, recall
 from ..ops.pointwise_expr import Expr, foreach_formula, graph_formula
 from .lowering import lower
 
@@ -30,7 +33,8 @@ class _Program:
     name = ""
 
     def __init__(self):
-        self.launches: dict = {}
+        self.launches = LRU(CACHE_ENTRIES)  # by input signature, weakly: the launch cache owns them (launch.recall)
+        self.traced = 0
         self.failed: str | None = None
 
     def __call__(self, *xs):
@@ -38,7 +42,7 @@ class _Program:
         if self.failed is None and all(x.numel() for x in xs):
             xs = tuple(x if x.is_contiguous() else x.contiguous() for x in xs)
             key = tuple((x.shape, x.dtype) for x in xs)
-            launch = self.launches.get(key) or self._prepare(key, xs)
+            launch = recall(self.launches.get(key)) or self._prepare(key, xs)
             if launch is not None:
                 return tuple(execute(self.name, launch, xs, self.kwargs))
         return self.run_eager(*xs)
@@ -51,10 +55,11 @@ class _Program:
             warnings.warn(f"torch.compile(backend='neuron'): {self.name} runs op by op: {self.failed}",
                           stacklevel=3)
             return None
-        self.launches[key] = launch
+        self.launches[key] = weakref.ref(launch)
+        self.traced += 1
         # a new input signature is a new program, not a recompile of the graph (Dynamo logs those with
         # TORCH_LOGS=recompiles): said here so a shape that keeps changing shows up
-        log.info("%s: program %d for inputs %s", self.name, len(self.launches),
+        log.info("%s: program %d for inputs %s", self.name, self.traced,
                  ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}" for s, d in key))
         return launch
 

@@ -3,18 +3,29 @@
 A tensor's data pointer is its HAL device address, so kernels run on tensors in place. A launch
 traces the kernel once per (kernel, argument shapes/dtypes, constants, profile) and afterwards only
 binds addresses and executes; the device time is charged to the calling op in the metrics.
+
+Prepared launches are kept in an LRU cache of ``$TORCH_NEURON_LAUNCH_CACHE_ENTRIES`` entries (default
+``CACHE_ENTRIES``): a program holds host memory (its instructions and the simulator's plans, ~2-5 KiB per
+instruction), so a job whose shapes change every step keeps the most recent launches instead of one per shape it
+ever saw. The cache owns its launches: callers that remember one hold a weak reference (``remembered``), and a
+launch let go of unloads its program from the driver. Entries, hits, misses and evictions are in
+``torch.neuron.metrics()["caches"]["launch"]``; evictions in a fixed-shape loop mean the cache is smaller than
+one step's launches (raise the variable).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import weakref
 
 import torch
 
 from neuron_hal import DType, ProgramError
 from neuron_kernels import TensorSpec
+from neuron_kernels.lru import LRU
 
-from ..metrics import record_native
+from ..metrics import record_native, register_cache
 from ..runtime import runtime
 
 TORCH_TO_DTYPE = {
@@ -39,14 +50,31 @@ class _Launch:
     kernel parameter in ``args`` or its keyword name. ``outputs``: (slot, shape, dtype) of the tensors
     the launch allocates. ``returns``: indices into the outputs in the kernel's return order."""
 
-    __slots__ = ("loaded", "inputs", "outputs", "returns", "name", "device", "nslots", "driver")
+    __slots__ = ("loaded", "inputs", "outputs", "returns", "name", "device", "nslots", "driver", "key", "__weakref__")
 
     def __init__(self, loaded, inputs, outputs, returns, name, device, nslots, driver):
         self.loaded, self.inputs, self.outputs, self.returns, self.name = loaded, inputs, outputs, returns, name
         self.device, self.nslots, self.driver = device, nslots, driver
+        self.key = None  # its key in the launch cache
+        # the program stays loaded while the launch lives (in the cache, or running); not at interpreter exit
+        weakref.finalize(self, driver.unload, device.index, loaded).atexit = False
 
 
-_cache: dict[tuple, _Launch] = {}
+CACHE_ENTRIES = 1024  # a training step of a small GPT prepares ~75 launches; one per new shape of each op after
+
+
+def cache_entries() -> int:
+    """The launch cache's capacity: ``$TORCH_NEURON_LAUNCH_CACHE_ENTRIES``, else ``CACHE_ENTRIES``."""
+    env = os.environ.get("TORCH_NEURON_LAUNCH_CACHE_ENTRIES", "").strip()
+    if not env:
+        return CACHE_ENTRIES
+    if not env.isdigit() or int(env) < 1:
+        raise ValueError(f"TORCH_NEURON_LAUNCH_CACHE_ENTRIES={env!r} must be a positive number of launches")
+    return int(env)
+
+
+_cache = LRU(cache_entries())
+register_cache("launch", _cache)
 
 
 def _key_part(v):
@@ -109,6 +137,27 @@ def prepared(kernel, args, kwargs) -> _Launch:
     launch = _cache.get(key)
     if launch is None:
         launch = _cache[key] = _prepare(kernel, args, kwargs, device)
+        launch.key = key
+    return launch
+
+
+def remembered(cache, key, kernel, args, kwargs) -> _Launch:
+    """``prepared``, for callers that remember launches in their own ``cache`` (a dict or an LRU) by their own
+    ``key`` (cheaper to make than the launch cache's): held weakly, so the launch cache's bound holds for them
+    too, and each use counts as a use in the launch cache (a launch in use is not the one evicted)."""
+    launch = recall(cache.get(key))
+    if launch is None:
+        launch = prepared(kernel, args, kwargs)
+        cache[key] = weakref.ref(launch)
+    return launch
+
+
+def recall(ref) -> _Launch | None:
+    """The launch a weak reference (from ``remembered``) names, marked used in the launch cache; None once it
+    was evicted."""
+    launch = ref() if ref is not None else None
+    if launch is not None:
+        _cache.touch(launch.key)
     return launch
 
 

@@ -14,15 +14,18 @@ integers; complex) runs on the CPU through ``run_on_cpu``, loudly.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import matmul, movement
+from neuron_kernels.lru import LRU
 
 from .checks import meta_result, out_dtype_error, same_device, zeros
 from .common import run_on_cpu, write_out
-from .launch import execute, prepared, run
+from .launch import CACHE_ENTRIES, execute, prepared, recall, run
 from .registry import impl
 
 aten = torch.ops.aten
@@ -151,7 +154,7 @@ def _bgemm(op: str, a, b, fp32: bool = False) -> torch.Tensor:
 # (shapes, strides, dtypes, devices, constants: everything the checks and the view choices depend on) and
 # the next call with that signature goes straight to the prepared launch with the caller's tensors: the
 # per-call overhead of a tiny matmul is the kernel's, not the checks'.
-_FAST: dict = {}
+_FAST = LRU(CACHE_ENTRIES)  # signature -> (weak reference to the launch, constants)
 _FAST_OPS = frozenset({"mm", "bmm", "addmm"})  # the ops that look their calls up (others share _gemm)
 
 
@@ -165,7 +168,7 @@ def _launch(op: str, tensors, kernel, args, kwargs):
     copied)."""
     launch = prepared(kernel, args, kwargs)
     if op in _FAST_OPS and all(x.data_ptr() == t.data_ptr() for x, t in zip(args, tensors)):
-        _FAST[_signature(op, tensors, _consts(kwargs))] = (launch, kwargs)
+        _FAST[_signature(op, tensors, _consts(kwargs))] = (weakref.ref(launch), kwargs)
     outs = execute(op, launch, args, kwargs)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -176,10 +179,8 @@ def _consts(kwargs) -> tuple:
 
 def _fast(op: str, tensors, consts=()) -> torch.Tensor | None:
     hit = _FAST.get(_signature(op, tensors, consts))
-    if hit is None:
-        return None
-    launch, kwargs = hit
-    return execute(op, launch, tensors, kwargs)[0]
+    launch = recall(hit[0]) if hit is not None else None  # None once the launch cache let it go
+    return None if launch is None else execute(op, launch, tensors, hit[1])[0]
 
 
 def _native(*tensors) -> bool:

@@ -27,9 +27,10 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch._prims_common.wrappers import _maybe_resize_out
 
 from neuron_kernels.errors import KernelError
+from neuron_kernels.lru import LRU
 
 from .common import check_cast, run_on_cpu
-from .launch import _key_part, execute, prepared
+from .launch import _key_part, execute, prepared, remembered
 from .registry import impl
 
 COMPUTE = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.int16,
@@ -53,9 +54,13 @@ class Plan:
     cast: torch.dtype | None
     device: torch.device
     numel: int
-    launches: dict = field(default_factory=dict)  # prepared launches by kernel and constants
+    launches: dict = field(default_factory=dict)  # prepared launches (weakly, see launch.remembered) by kernel and
+    # constants
     seen: dict = field(default_factory=dict)  # distinct values of each scalar argument (see ``dynamic``)
     wide: object = None  # runner(entry, plan, args, kwargs, target) of an int64 signature, or None
+
+
+PLANS_PER_OP = 256  # call signatures an overload keeps the plan of (the most recently used)
 
 
 class Entry:
@@ -70,7 +75,7 @@ class Entry:
         self.promoted, self.supports = promoted, supports
         self.out_arg = next((a.name for a in overload._schema.arguments
                              if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only), None)
-        self.plans: dict = {}
+        self.plans = LRU(PLANS_PER_OP)  # by call signature
 
 
 # -- signatures and plans ------------------------------------------------------------------------------
@@ -243,10 +248,7 @@ def launch(name: str, kernel, operands, consts, outs=None, plan: Plan | None = N
             return execute(name, prepared(kernel, operands, consts), operands, consts, outs)
         key = (kernel, *[_key_part(x) for x in operands if x.__class__ is not torch.Tensor],
                *[(k, _key_part(v)) for k, v in consts.items()])
-        hit = plan.launches.get(key)
-        if hit is None:
-            hit = plan.launches[key] = prepared(kernel, operands, consts)
-        return execute(name, hit, operands, consts, outs)
+        return execute(name, remembered(plan.launches, key, kernel, operands, consts), operands, consts, outs)
     except OverflowError as e:  # a scalar that does not fit the result dtype: torch's error
         raise RuntimeError(f"value cannot be converted to the result type without overflow ({e})") from None
     except KernelError as e:
