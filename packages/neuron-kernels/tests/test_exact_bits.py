@@ -1,5 +1,5 @@
 """Exact kernels on bit patterns and wide integers against numpy: wide_sum.combine_bytes (int64 totals from
-byte sums), float_bits.nextafter/frexp (float32, bfloat16 and float16 bits), float_bits.ldexp (x * 2**e rounded
+byte sums), float_bits.nextafter/frexp/copysign (float32, bfloat16 and float16 bits), float_bits.ldexp (x * 2**e rounded
 once), arange_f64 (double arithmetic rounded to float32, in exact integer steps)."""
 
 from fractions import Fraction
@@ -64,6 +64,24 @@ def test_nextafter_and_frexp_on_every_bit_pattern(data, fmt):
     assert np.array_equal(m[~nan].view(it), rm[~nan].view(it))
     finite = np.isfinite(x)
     assert np.array_equal(np.asarray(e)[finite], re[finite])
+
+
+@SETTINGS
+@given(data=st.data(), fmt=st.sampled_from(["float32", "bfloat16", "float16"]))
+def test_copysign_on_every_bit_pattern_and_broadcasts(data, fmt):
+    """x's magnitude bits with y's sign bit: signed zeros, infinities and NaNs (payload kept, sign set) too."""
+    it = np.int32 if fmt == "float32" else np.int16
+    width = 8 * np.dtype(it).itemsize
+    draw = lambda n: np.array(data.draw(st.lists(st.integers(-(2 ** (width - 1)), 2 ** (width - 1) - 1),  # noqa: E731
+                                                 min_size=n, max_size=n)), it)
+    xb, yb = draw(6 * 8).reshape(6, 8), draw(8)
+    mag = (1 << (width - 1)) - 1
+    expect = (xb & mag) | (yb & ~mag)  # numpy's copysign would quiet a signalling NaN's payload
+    assert np.array_equal(np.asarray(FB.copysign(xb, yb, fmt=fmt)), expect)
+    if fmt == "float32":  # against numpy's copysign where it keeps the bits (every non-NaN x)
+        x, y = xb.view(np.float32), yb.view(np.float32)
+        ok = ~np.isnan(x)
+        assert np.array_equal(expect[ok], np.copysign(x, y).view(it)[ok])
 
 
 LDEXP_DTYPES = {"float32": (np.float32, np.int32), "bfloat16": (ml_dtypes.bfloat16, np.int16),

@@ -231,6 +231,40 @@ def test_strided_copy_into_a_strided_view(dims, src_dtype, dst_dtype):
     assert dview.shape == size
 
 
+def _short_run_share(prog, least: int) -> float:
+    """The share of the HBM elements ``prog``'s DMAs move in runs shorter than ``least`` elements."""
+    short = total = 0
+    for ins in prog.instructions:
+        if isinstance(ins, isa.DmaCopy):
+            hbm = ins.dst if ins.dst.space is Space.HBM else ins.src
+            n, stride = hbm.free[-1] if hbm.free else (hbm.partitions, hbm.partition_stride)
+            total += hbm.num_elements
+            short += hbm.num_elements if stride != 1 or n < least else 0
+    return short / total
+
+
+@pytest.mark.parametrize(("src", "dst"), [(np.int64, np.float32), (np.int64, BF16), (np.int64, np.bool_),
+                                          (np.int64, np.int32), (np.int64, np.float16), (np.int32, np.int64),
+                                          (np.bool_, np.int64), (np.uint8, np.int64)])
+def test_int64_casts_of_transposed_views_match_numpy_with_long_runs(src, dst):
+    """The engines cannot copy 8-byte values while casting, so an int64 cast that changes the layout casts
+    with DMAs in one layout and reorders the narrower values on chip, in long runs either way; a view cast
+    into the same layout (torch keeps a transposed input's strides) is one run."""
+    rng = np.random.default_rng(0)
+    x = data(rng, (513 * 16,), src)
+    if np.dtype(src) == np.int64:  # values beyond 2**24 and 2**32 round to nearest; the extremes (float16: inf)
+        x[:4] = [2 ** 24 + 1, 2 ** 30 + 2 ** 22 + 1, -(2 ** 63), 2 ** 63 - 1]
+    sview = x.reshape(513, 16).T
+    with np.errstate(over="ignore"):
+        ref = sview.astype(np.float32).astype(dst) if kind(dst) == "f" else sview.astype(dst)
+    size = (16, 513)
+    for dstride in ((513, 1), (1, 16)):  # contiguous result, result in the source's layout
+        out = np.zeros(16 * 513, np.dtype(dst))
+        mv.strided_copy_(out, x, size, dstride, (1, 16))
+        assert_bits(np.lib.stride_tricks.as_strided(out, size, tuple(s * out.itemsize for s in dstride)), ref)
+        assert _short_run_share(mv.strided_copy_.trace(out, x, size, dstride, (1, 16)), 16) < 0.01
+
+
 def test_strided_copy_bounds():
     with pytest.raises(KernelError, match="dst view .* reaches element 10 of a storage of 10"):
         mv.strided_copy_.trace(TensorSpec((10,), DType.float32), TensorSpec((20,), DType.float32), (2, 2), (5, 5),

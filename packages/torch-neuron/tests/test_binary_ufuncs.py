@@ -76,6 +76,7 @@ OPS = [
     ("logical_xor", torch.logical_xor, ANY, False),
     ("bitwise_and", torch.bitwise_and, INTEGRAL, False), ("bitwise_or", torch.bitwise_or, INTEGRAL, False),
     ("bitwise_xor", torch.bitwise_xor, INTEGRAL, False),
+    ("copysign", torch.copysign, ANY, False),
 ]
 
 
@@ -133,6 +134,66 @@ def test_zero_dim_tensor_operands(strict, dtype0, on_device):
                 if torch.result_type(a, b) in (torch.int64, torch.float64):
                     continue  # computes in a 64-bit dtype: the CPU's (tested below)
                 check(fn(da, db), expected)
+
+
+CPU_0D_FAMILY = {
+    "copysign": torch.copysign, "atan2": torch.atan2, "hypot": torch.hypot, "fmod": torch.fmod,
+    "remainder": torch.remainder, "nextafter": torch.nextafter, "xlogy": torch.xlogy, "pow": torch.pow,
+    "logaddexp": torch.logaddexp, "logaddexp2": torch.logaddexp2, "fmax": torch.fmax, "fmin": torch.fmin,
+    "maximum": torch.maximum, "heaviside": torch.heaviside, "ldexp": torch.ldexp,
+    "special_xlog1py": torch.special.xlog1py,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CPU_0D_FAMILY))
+def test_binary_ops_take_a_cpu_0d_operand_on_either_side(strict, name):
+    """A CPU 0-d tensor joins a neuron tensor as in add (TensorIterator's scalars): on either side, in-place
+    and out= (copysign's decomposition required both on one device)."""
+    fn = CPU_0D_FAMILY[name]
+    x = torch.tensor([0.5, -1.5, 2.0, 3.0, -0.0, 0.0])
+    for z in (torch.tensor(-1.0), torch.tensor(2.0), torch.tensor(-0.0)):
+        check(fn(x.to("neuron"), z), fn(x, z))
+        check(fn(z, x.to("neuron")), fn(z, x))
+        out = torch.empty(0, device="neuron")
+        check(fn(x.to("neuron"), z, out=out), fn(x, z))
+        if hasattr(torch.Tensor, f"{name}_"):
+            d, c = x.to("neuron"), x.clone()
+            getattr(d, f"{name}_")(z)
+            check(d, getattr(c, f"{name}_")(z))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_copysign_matches_cpu_bits(strict, dtype):
+    """Natively, bit for bit: signed zeros, infinities, NaN signs and payloads, subnormals; CPU 0-d tensors and
+    Python numbers on either side, integer operands (a float result), in-place and out=."""
+    nan = math.nan
+    x = torch.tensor([0.5, -1.5, 0.0, -0.0, math.inf, -math.inf, nan, -nan, 1e-40, 3.0]).to(dtype)
+    y = torch.tensor([1.0, 1.0, -0.0, 0.0, -2.0, 3.0, -1.0, 1.0, -nan, nan]).to(dtype)
+
+    def same(got, ref):
+        assert got.device.type == "neuron" and got.dtype == ref.dtype and got.shape == ref.shape
+        assert torch.equal(_bits(got.cpu()), _bits(ref))
+
+    same(torch.copysign(x.to("neuron"), y.to("neuron")), torch.copysign(x, y))
+    same(torch.copysign(x.to("neuron").view(2, 5).t(), y.to("neuron")[:2]), torch.copysign(x.view(2, 5).t(), y[:2]))
+    for z in (torch.tensor(-1.0), torch.tensor(-0.0), torch.tensor(-nan), torch.tensor(-2), torch.tensor(True)):
+        same(torch.copysign(x.to("neuron"), z), torch.copysign(x, z))
+        same(torch.copysign(z, x.to("neuron")), torch.copysign(z, x))
+    for s in (-1.0, -0.0, 2, -3):
+        same(torch.copysign(x.to("neuron"), s), torch.copysign(x, s))
+    d = x.to("neuron")
+    d.copysign_(torch.tensor(-1.0))
+    same(d, x.clone().copysign_(torch.tensor(-1.0)))
+    out = torch.empty(0, dtype=dtype, device="neuron")
+    same(torch.copysign(x.to("neuron"), torch.tensor(-1.0), out=out), torch.copysign(x, torch.tensor(-1.0)))
+    i = torch.tensor([3, -4, 0, 7], dtype=torch.int32)
+    same(torch.copysign(i.to("neuron"), i.flip(0).to("neuron")), torch.copysign(i, i.flip(0)))
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i.to("neuron").copysign_(torch.tensor(-1.0))
 
 
 def test_zero_dim_results():

@@ -283,3 +283,50 @@ def test_masked_fill_all_values_scalars_and_tensor_values(grid):
     x = dev(a.clone())
     x.masked_fill_(dev(mask), LO)
     check(x, a.masked_fill(mask, LO))
+
+
+CAST_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.bool, torch.int32, torch.int16, torch.int8,
+               torch.uint8, torch.int64, torch.float8_e4m3fn, torch.float8_e5m2]
+LAYOUTS = {
+    "transposed": lambda x: x.view(513, 16).t(), "sliced": lambda x: x.view(513, 16)[1:400:2, 3:11],
+    "expanded": lambda x: x[:7].view(7, 1).expand(7, 300), "permuted": lambda x: x.view(27, 19, 16).permute(2, 0, 1),
+}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype.is_floating_point and t.itemsize == 1 else t  # float8 NaNs by bits
+
+
+@pytest.fixture(scope="module")
+def wide_values():
+    """513 * 16 int64 values over the whole range, with the edges and values that round beyond 2**24/2**32."""
+    g = torch.Generator().manual_seed(2)
+    v = torch.randint(LO, HI, (513 * 16,), generator=g)
+    v[:64] = torch.arange(-32, 32)
+    v[64:128] = torch.randint(-(2 ** 25), 2 ** 25, (64,), generator=g)
+    v[128:128 + len(EDGES)] = torch.tensor(EDGES)
+    v[200:204] = torch.tensor([2 ** 24 + 1, 2 ** 30 + 2 ** 22 + 1, 2 ** 60 + 2 ** 36 + 1, -(2 ** 53) - 1])
+    return v
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("dtype", CAST_DTYPES, ids=str)
+def test_cast_non_contiguous_int64_matches_cpu(wide_values, layout, dtype):
+    """Casts of strided int64 views to every dtype (float: round to nearest, also beyond 2**24 and 2**32),
+    into torch's layout and into a contiguous result."""
+    x = LAYOUTS[layout](wide_values)
+    d = LAYOUTS[layout](dev(wide_values))
+    got = d.to(dtype)
+    assert got.stride() == x.to(dtype).stride()
+    assert torch.equal(_bits(got.cpu()), _bits(x.to(dtype)))
+    out = torch.empty(x.shape, dtype=dtype, device="neuron")
+    out.copy_(d)
+    assert torch.equal(_bits(out.cpu()), _bits(x.to(dtype)))
+
+
+def test_promotion_of_int64_views_with_floats_matches_cpu(wide_values):
+    a = wide_values.view(513, 16).t()
+    b = torch.randn(16, 513, generator=torch.Generator().manual_seed(3))
+    check(dev(a) + dev(b), a + b)
+    check(dev(a)[:, ::3] * dev(b)[:, ::3], a[:, ::3] * b[:, ::3])
+    check(torch.cat([dev(a), dev(b)]), torch.cat([a, b]))

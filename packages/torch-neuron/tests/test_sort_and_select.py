@@ -357,7 +357,8 @@ def test_cumprod_out_inplace_dtype():
 # -- unique --------------------------------------------------------------------------------------------
 @settings(max_examples=20, deadline=None)
 @given(shape=st.lists(st.integers(0, 6), min_size=0, max_size=3).map(tuple), seed=st.integers(0, 2**16),
-       dtype=st.sampled_from((*FLOATS, torch.int32, torch.bool)), inverse=st.booleans(), counts=st.booleans())
+       dtype=st.sampled_from((*FLOATS, torch.int64, torch.int32, torch.bool)), inverse=st.booleans(),
+       counts=st.booleans())
 def test_unique(shape, seed, dtype, inverse, counts):
     x = tensors(dtype, shape, seed)
     with native():
@@ -388,7 +389,7 @@ def test_unique_consecutive_dim(shape, dim):
 
 
 @pytest.mark.parametrize("shape,dim", [((5, 2), 0), ((4, 3, 5), 1), ((4, 3, 5), 2), ((6,), 0)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int16, torch.bool])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.int16, torch.bool])
 def test_unique_dim(shape, dim, dtype):
     x = torch.randint(0, 2, shape).to(dtype)
     if x.dim() > 1:
@@ -398,6 +399,28 @@ def test_unique_dim(shape, dim, dtype):
         plain = torch.unique(x.to(DEV), dim=dim)
     same(got, torch.unique(x, dim=dim, return_inverse=True, return_counts=True))
     same(plain, torch.unique(x, dim=dim))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_unique_dim_wide_integers_match_cpu(dtype):
+    """Slices that differ only beyond FP32's 24 bits (int32) or beyond 32 bits (int64) stay apart and order
+    exactly, with dim and without, consecutive or sorted."""
+    wide = 2 ** 40 if dtype == torch.int64 else 2 ** 30
+    x = torch.tensor([[3, wide], [2, 3], [3, wide], [3, wide + 1], [3, 1], [3, -wide]], dtype=dtype)
+    with native():
+        for dim in (0, 1, None):
+            kw = {"return_inverse": True, "return_counts": True, "dim": dim}
+            same(torch.unique(x.to(DEV), **kw), torch.unique(x, **kw))
+            same(torch.unique_consecutive(x.to(DEV), **kw), torch.unique_consecutive(x, **kw))
+
+
+def test_unique_counts_int64_matches_cpu():
+    x = torch.tensor([3, 1, 2, 3, 1, 5, 2 ** 40 + 1, 1 - 2 ** 40, 2 ** 40 + 1, 2 ** 63 - 1, -(2 ** 63), 2 ** 32 + 1])
+    with native():
+        got = torch.unique(x.to(DEV), return_inverse=True, return_counts=True)
+        cons = torch.unique_consecutive(x.to(DEV), return_inverse=True, return_counts=True)
+    same(got, torch.unique(x, return_inverse=True, return_counts=True))
+    same(cons, torch.unique_consecutive(x, return_inverse=True, return_counts=True))
 
 
 def test_unique_dim_nan_slices_stay_apart():

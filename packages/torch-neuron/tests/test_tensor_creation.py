@@ -1,5 +1,5 @@
 """arange with fractional start/step (dyadic ones exactly; others through double as torch's CPU rounds them),
-and nonzero_static, on the neuron device against PyTorch CPU, bit for bit. (Integral aranges are in
+eye, and nonzero_static, on the neuron device against PyTorch CPU, bit for bit. (Integral aranges are in
 test_pointwise_misc.py.)"""
 
 import warnings
@@ -110,6 +110,45 @@ def test_arange_beyond_exact_values_runs_on_the_cpu():
         same_bits(torch.arange(0.01, 1e4, 3.3, device=DEV), torch.arange(0.01, 1e4, 3.3))
     same_bits(torch.arange(-0.0, -3.0, -0.5, device=DEV), torch.arange(-0.0, -3.0, -0.5))  # -0.0 + -0.0 is -0.0
     assert torch.neuron.metrics()["fallback"]["arange.start_out"] == before + 2
+
+
+# -- eye ------------------------------------------------------------------------------------------------------------
+EYE_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.complex128,
+              torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float8_e4m3fn,
+              torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.float8_e8m0fnu]
+
+
+def same_bytes(got: torch.Tensor, ref: torch.Tensor):
+    assert got.device.type == DEV and got.dtype == ref.dtype and got.shape == ref.shape
+    assert torch.equal(got.cpu().contiguous().view(torch.uint8), ref.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("n,m", [(1, None), (255, None), (256, None), (300, None), (300, 7), (7, 300), (65535, 3),
+                                 (3, 65535), (65536, 2), (0, None), (0, 4)])
+@pytest.mark.parametrize("dtype", EYE_DTYPES, ids=str)
+def test_eye_every_size_and_dtype_matches_cpu(n, m, dtype):
+    """Natively for every size (torch's decomposition made uint16 aranges for 256 <= n < 65536)."""
+    args = (n,) if m is None else (n, m)
+    with native():
+        got = torch.eye(*args, dtype=dtype, device=DEV)
+    same_bytes(got, torch.eye(*args, dtype=dtype))
+
+
+def test_eye_out_is_resized_and_keeps_its_strides():
+    out = torch.empty(2, device=DEV)
+    with native(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # resized without a warning, as torch's
+        torch.eye(300, out=out)
+    same_bytes(out, torch.eye(300))
+    t = torch.empty(4, 6, dtype=torch.int64, device=DEV).t()
+    with native():
+        torch.eye(6, 4, out=t)
+    same_bytes(t, torch.eye(6, 4, dtype=torch.int64))
+    assert t.stride() == (1, 6)
+    with pytest.raises(RuntimeError, match="n must be greater or equal to 0, got -1"):
+        torch.eye(-1, device=DEV)
+    with pytest.raises(RuntimeError, match="m must be greater or equal to 0, got -2"):
+        torch.eye(3, -2, device=DEV)
 
 
 # -- nonzero_static --------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Float operations done on the bit patterns: nextafter and frexp, exact for every value (±0, subnormals,
-±inf, NaN), each ONE elementwise program of GpSimd's exact int32 arithmetic.
+"""Float operations done on the bit patterns: nextafter, frexp and copysign, exact for every value (±0,
+subnormals, ±inf, NaN), each ONE elementwise program of GpSimd's exact int32 arithmetic.
 
 A float32 tensor is passed as its bits (the tensor viewed as int32), a bfloat16/float16 one as int16 (loaded
 sign-extended into int32 tiles, stored back as int16): ``fmt`` names which. In both, a value's int is
@@ -10,6 +10,8 @@ negative exactly when its sign bit is set, and ``mag = bits & MAX_MAG`` is the m
   next float toward y is the bits of ``key(x) ± 1`` (the inverse map is the same xor).
 - nextafter(x, y) (C semantics): NaN if either is NaN; y if x == y (so ±0 gives y's zero); the smallest
   subnormal with y's sign if x is ±0; else one key step toward y (inf steps to the largest finite).
+- copysign(x, y) = x's magnitude bits with y's sign bit (``mag(x) | (y & ~MAX_MAG)``): the sign of -0.0 and of
+  a NaN counts, a NaN's payload stays, as C's copysign.
 - frexp(x) = (m, e) with x = m * 2**e, |m| in [0.5, 1): the significand (with the implicit bit of normal
   values) is normalised into [2**MB, 2**(MB+1)) by a binary search of left shifts (``s`` bits), then
   ``e = max(E, 1) - (BIAS - 1) - s`` and m's bits are x's sign, exponent BIAS - 1 and the shifted fraction.
@@ -34,7 +36,7 @@ from ..errors import KernelError
 from ..jit import kernel
 from .elementwise import TILE_BYTES, Operand, broadcast_shapes, emit, operand, run_elementwise, val
 
-__all__ = ["frexp", "ldexp", "nextafter"]
+__all__ = ["copysign", "frexp", "ldexp", "nextafter"]
 
 I32, U8 = DType.int32, DType.uint8
 G = Engine.GPSIMD
@@ -128,6 +130,20 @@ def nextafter(input, other, fmt="float32", tile_bytes=TILE_BYTES[0]):
     shape = broadcast_shapes(a.shape, b.shape, op="nextafter")
     body = lambda ctx, ins: [_nextafter_body(ctx, ins[0], ins[1], f)]  # noqa: E731
     return run_elementwise("nextafter", shape, [a, b], [f.bits], body, tile_bytes, 24)[0]
+
+
+@kernel(tunables={"tile_bytes": TILE_BYTES})
+def copysign(input, other, fmt="float32", tile_bytes=TILE_BYTES[0]):
+    """The bits of torch.copysign(input, other) from the bits of both (int32 for float32, int16 for
+    bfloat16/float16; broadcasting)."""
+    f = _fmt(fmt)
+    a, b = _bits_operand(input, f, "copysign", "input"), _bits_operand(other, f, "copysign", "other")
+    shape = broadcast_shapes(a.shape, b.shape, op="copysign")
+
+    def body(ctx, ins):
+        mag, sign = _op(ctx, ins[0], f.max_mag, Alu.bitwise_and), _op(ctx, ins[1], ~f.max_mag, Alu.bitwise_and)
+        return [_op(ctx, mag, sign, Alu.bitwise_or)]
+    return run_elementwise("copysign", shape, [a, b], [f.bits], body, tile_bytes, 3)[0]
 
 
 def _normalise(ctx, m, f: _Fmt):

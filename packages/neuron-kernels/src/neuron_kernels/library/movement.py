@@ -139,8 +139,11 @@ def _psum_engines() -> list:
 
 
 def _staged_cast_ok(src: DType, dst: DType) -> bool:
-    """Whether an engine copy casts like the DMA does (through FP32): same dtype, to float, to bool."""
-    return src is dst or dst.is_float or dst is DType.bool_
+    """Whether an engine copy casts like the DMA does (through FP32): same dtype, to float, to bool. Not
+    from or to 8-byte values (int64): the engines compute on at most 32 bits, only DMAs cast those."""
+    if src is dst:
+        return True
+    return max(src.itemsize, dst.itemsize) <= 4 and (dst.is_float or dst is DType.bool_)
 
 
 # -- the planner -----------------------------------------------------------------------------------
@@ -159,9 +162,11 @@ def _merge(dims):
 
 def _prepare(dst: View, src: View):
     """(dst, src, src offset, dst offset, merged dims (size, src stride, dst stride)) of a move; 8-byte
-    elements become pairs of 4-byte words (engines do not compute on 8-byte words)."""
+    elements become pairs of 4-byte words (engines do not compute on 8-byte words). Dims go in dst's order
+    (outermost first; a row-major dst keeps its order), so views laid out alike (a transposed view cast
+    into a transposed result) merge into long runs."""
     so, do = src.offset, dst.offset
-    dims = [(n, ss, ds) for (n, ss), (_, ds) in zip(src.dims, dst.dims)]
+    dims = sorted(((n, ss, ds) for (n, ss), (_, ds) in zip(src.dims, dst.dims)), key=lambda d: -d[2])
     if src.dtype is dst.dtype and src.dtype.itemsize == 8:
         src, dst = _hbm(src, 0, (), DType.uint32), _hbm(dst, 0, (), DType.uint32)  # templates: owner + dtype
         so, do = 2 * so, 2 * do
@@ -197,11 +202,41 @@ def _move_cost(dst: View, src: View, tile_bytes: int = _TILE_CHOICES[0]) -> floa
     return _choose(dims, src.dtype, dst.dtype, tile_bytes, _room(src, so))[0]
 
 
-def _move(dst: View, src: View, tile_bytes: int = _TILE_CHOICES[0]) -> None:
+def _dense_like(v: View, dtype: DType, owner: View | None = None) -> View:
+    """A view of v's shape, dense in v's dim order (innermost = v's smallest stride), in ``dtype``: on a new
+    scratch tensor, or on ``owner``'s storage as a template for cost estimates."""
+    order = sorted(range(len(v.dims)), key=lambda i: v.dims[i][1])
+    strides, acc = [0] * len(v.dims), 1
+    for i in order:
+        strides[i], acc = acc, acc * v.dims[i][0]
+    base = owner if owner is not None else _scratch((acc,), dtype)
+    return _hbm(base, 0, [(n, st) for (n, _), st in zip(v.dims, strides)], dtype)
+
+
+def _cast_split(dst: View, src: View, tile_bytes: int):
+    """For a cast no engine can stage (``_staged_cast_ok``), the dense intermediate in the narrower dtype and
+    whether it is on the source's side, when a cast by long-run DMAs plus a same-dtype layout move of the
+    narrower values beats the element-granular direct DMA; else None."""
+    if src.dtype is dst.dtype or _staged_cast_ok(src.dtype, dst.dtype):
+        return None
+    cast_first = src.dtype.itemsize > dst.dtype.itemsize  # reorder the narrower values (fewer bytes, TensorE)
+    side, narrow = (src, dst.dtype) if cast_first else (dst, src.dtype)
+    mid = _dense_like(side, narrow, dst)
+    split = _move_cost(mid, src, tile_bytes) + _move_cost(dst, mid, tile_bytes)
+    return (side, narrow) if split < _move_cost(dst, src, tile_bytes) else None
+
+
+def _move(dst: View, src: View, tile_bytes: int = _TILE_CHOICES[0], split: bool = True) -> None:
     """dst[...] = src[...] for two HBM views of one shape (any rank and strides); casts like a DMA."""
     if dst.shape != src.shape:
         raise KernelError(f"internal: moving {list(src.shape)} into {list(dst.shape)}")
     if math.prod(dst.shape) == 0:
+        return
+    how = _cast_split(dst, src, tile_bytes) if split else None
+    if how is not None:  # through a dense scratch: a cast with long runs and a same-dtype reorder
+        mid = _dense_like(*how)
+        _move(mid, src, tile_bytes, split=False)
+        _move(dst, mid, tile_bytes, split=False)
         return
     dst, src, so, do, dims = _prepare(dst, src)
     cost, kind, plan = _choose(dims, src.dtype, dst.dtype, tile_bytes, _room(src, so))

@@ -113,7 +113,7 @@ def _arg(entry: Entry, args, kwargs, name_or_index):
 
 def _make_plan(entry: Entry, args, kwargs) -> Plan:
     tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
-    device = _device(tensors)
+    device = operand_device(tensors)
     margs, mkwargs = [_meta(a) for a in args], {k: _meta(v) for k, v in kwargs.items()}
     with warnings.catch_warnings():  # resize warnings come from the real call
         warnings.simplefilter("ignore")
@@ -155,7 +155,9 @@ COMPLEX: dict = {}  # the same for complex64 signatures, filled in by pointwise_
 _WIDE_RESULTS = frozenset({torch.int64, torch.bool})
 
 
-def _device(tensors) -> torch.device:
+def operand_device(tensors) -> torch.device:
+    """The neuron device of a pointwise call: every tensor on it, or a 0-d CPU tensor (TensorIterator reads
+    those as scalars); torch's error otherwise."""
     neuron = [t.device for t in tensors if t.device.type == "neuron"]
     for t in tensors:
         if t.device != neuron[0] and not (t.device.type == "cpu" and t.dim() == 0):

@@ -1,6 +1,7 @@
-"""nextafter, frexp and ldexp on the float bits (``neuron_kernels.library.float_bits``: exact integer arithmetic
-on GpSimd for every value, ±0/subnormals/inf/NaN included) for float32, bfloat16 and float16; other dtypes
-(float64, and the integer inputs torch rejects with its own error) take the CPU path.
+"""nextafter, frexp, ldexp and copysign on the float bits (``neuron_kernels.library.float_bits``: exact integer
+arithmetic on GpSimd for every value, ±0/subnormals/inf/NaN included) for float32, bfloat16 and float16; other
+dtypes (float64, and the integer inputs torch rejects with its own error) take the CPU path. A 0-d CPU tensor
+operand is taken as the other binary ops take it (uploaded, promoted as a 0-d tensor).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .common import check_cast, contig, inplace_variant, out_variant
 from .compose import write_outs
 from .launch import run
 from .oncpu import on_cpu
+from .pointwise_base import operand_device
 from .registry import impl
 
 aten = torch.ops.aten
@@ -27,12 +29,13 @@ def _bits(t: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Te
 
 def nextafter(self, other):
     dtype = torch.result_type(self, other)
-    if dtype not in _FMT or self.device.type != "neuron":
+    if dtype not in _FMT:
         return on_cpu(aten.nextafter.default, self, other)
+    device = operand_device([self, other])
     shape = torch.broadcast_shapes(self.shape, other.shape)
     if 0 in shape:
-        return torch.empty(shape, dtype=dtype, device=self.device)
-    a, b = _bits(self, dtype, self.device), _bits(other, dtype, self.device)
+        return torch.empty(shape, dtype=dtype, device=device)
+    a, b = _bits(self, dtype, device), _bits(other, dtype, device)
     return run("nextafter", float_bits.nextafter, a, b, fmt=_FMT[dtype][0])[0].view(dtype)
 
 
@@ -40,6 +43,24 @@ def nextafter_(self, other):
     result = nextafter(self, other)
     check_cast(result.dtype, self)
     return self.copy_(result)  # a result larger than self (broadcasting) makes copy_ raise, as torch does
+
+
+def copysign(self, other):
+    """torch.copysign: ``self``'s magnitude with ``other``'s sign bit, in the promoted float dtype (integers
+    promote to the default float dtype, as torch's)."""
+    dtype = torch.result_type(self, other)
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    if dtype not in _FMT:
+        return on_cpu(aten.copysign.Tensor, self, other)
+    if not isinstance(other, torch.Tensor):  # a Python number (torch.copysign(x, -1.0)): only its sign counts
+        other = torch.tensor(float(other), dtype=dtype)
+    device = operand_device([self, other])
+    shape = torch.broadcast_shapes(self.shape, other.shape)
+    if 0 in shape:
+        return torch.empty(shape, dtype=dtype, device=device)
+    a, b = _bits(self, dtype, device), _bits(other, dtype, device)
+    return run("copysign", float_bits.copysign, a, b, fmt=_FMT[dtype][0])[0].view(dtype).view(shape)
 
 
 def frexp(self):
@@ -89,6 +110,9 @@ def register(lib) -> None:
     impl("nextafter")(nextafter)
     impl("nextafter.out")(out_variant(nextafter))
     impl("nextafter_")(nextafter_)
+    impl("copysign.Tensor")(copysign)
+    impl("copysign.out")(out_variant(copysign))
+    impl("copysign_.Tensor")(inplace_variant(copysign))
     impl("frexp.Tensor")(frexp)
     impl("frexp.Tensor_out")(_frexp_out)
     impl("ldexp.Tensor")(ldexp)

@@ -1,5 +1,5 @@
 """Filling: fill_ / zero_ (so full, zeros, ones and their _like forms, which aten builds from empty + fill_),
-masked_fill, and arange.
+masked_fill, eye (zeros, then ones on the diagonal view: every dtype, as fill_) and arange.
 
 ``fill_`` writes a bit pattern, it computes nothing: the value is converted to the tensor's dtype on the host
 exactly as torch converts it, and its bytes are replicated over the tensor viewed as integers (an 8-byte
@@ -127,6 +127,25 @@ def fill_tensor(self, value):
 @impl("zero_")
 def zero_(self):
     return fill_value(self, 0)
+
+
+# -- eye ---------------------------------------------------------------------------------------------------------
+@impl("eye.m_out")
+def eye_m_out(n, m, *, out):
+    """aten's eye: ``out`` resized to [n, m], zeroed, its diagonal set to one. (torch's decomposition would
+    compare aranges of uint16 for 256 <= max(n, m) < 65536, a dtype torch's arange does not take.)"""
+    meta = torch.empty(0, dtype=out.dtype, device="meta")  # empty: resized without a warning, as aten's eye
+    torch.ops.aten.eye.m_out(n, m, out=meta)  # torch's checks and shape
+    if out.shape != meta.shape:
+        out.resize_(meta.shape)
+    fill_value(out, 0)
+    fill_value(out.diagonal(), 1)
+    return out
+
+
+@impl("eye.out")
+def eye_out(n, *, out):
+    return eye_m_out(n, n, out=out)
 
 
 # -- masked_fill ------------------------------------------------------------------------------------------------

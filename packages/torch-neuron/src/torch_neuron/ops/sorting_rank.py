@@ -102,8 +102,8 @@ def join(parts, B: int, n: int) -> torch.Tensor:
     return torch.cat([p.reshape(-1) for p in parts]).view(B, n)
 
 
-def _compares(op: str, int64: bool):
-    """(below, eq) compares of exact integers: the int32 kernels (GpSimd), or int64 word by word."""
+def int_compares(op: str, int64: bool):
+    """((lt, gt), eq) bool compares of exact integers: the int32 kernels (GpSimd), or int64 word by word."""
     if int64:  # the int64 comparison ops of pointwise_int64
         return (lambda a, b: torch.lt(a, b), lambda a, b: torch.gt(a, b)), torch.eq
     return ((lambda a, b: ew(op, elementwise.lt, a, b), lambda a, b: ew(op, elementwise.gt, a, b)),
@@ -114,7 +114,7 @@ def _rank_int(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
     """FP32 ranks of a contiguous int32 or int64 [B, n] tensor, by exact integer compares."""
     B, n = x.shape
     pos = iota(n, x.device)
-    (lt, gt), eq = _compares(op, x.dtype == torch.int64)
+    (lt, gt), eq = int_compares(op, x.dtype == torch.int64)
     parts = []
     for rs, cs in blocks(B, n):
         rows = x[rs]

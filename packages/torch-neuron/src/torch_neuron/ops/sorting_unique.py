@@ -8,8 +8,9 @@ scatter of each group's first value to the group's slot (torch's pick: -0.0 or 0
 of group numbers to the elements' original positions, counts a scatter_add of ones. unique_consecutive
 and unique with ``dim=`` (unique_dim) compare whole slices; unique_dim orders them lexicographically as
 torch's comparator does (one [n, n, M] formula, the first ordered column by argmax, a stable rank), up to
-``CHUNK`` compares. int64/float64 (and int32 for unique_dim) take the counted CPU path, as do unique's
-inputs longer than ``MAX_ROW`` (the sort's limit).
+``CHUNK`` compares. Integers compare exactly: int32 on GpSimd, int64 word by word (the int64 comparison ops
+of :mod:`.pointwise_int64`), so values beyond 32 bits stay apart. float64 takes the counted CPU path, as
+do unique's inputs longer than ``MAX_ROW`` (the sort's limit).
 """
 
 from __future__ import annotations
@@ -26,10 +27,15 @@ from .launch import run
 from .oncpu import on_cpu
 from .pointwise_expr import formula, inputs
 from .registry import impl
-from .sorting_rank import CHUNK, RANKABLE, iota, positions, sort_rows, sortable, to_int64
+from .sorting_rank import CHUNK, RANKABLE, int_compares, iota, positions, sort_rows, sortable, to_int64
 
 aten = torch.ops.aten
 F32 = DType.float32
+
+
+def _ne(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """bool a != b, exact for every dtype the module takes (the elementwise kernels stop at 32 bits)."""
+    return torch.ne(a, b) if a.dtype is torch.int64 else ew(op, elementwise.ne, a, b)
 
 
 def _groups(op: str, s, n: int = 0, starts=None, device=None):
@@ -38,7 +44,7 @@ def _groups(op: str, s, n: int = 0, starts=None, device=None):
     for elements 1..n-1)."""
     if s is not None:
         n, device = s.shape[0], s.device
-        starts = ew(op, elementwise.ne, s[1:], s[:n - 1]) if n > 1 else None
+        starts = _ne(op, s[1:], s[:n - 1]) if n > 1 else None
     flags = torch.ones(n, dtype=torch.float32).to(device)  # element 0 starts a group
     if starts is not None:
         flags = torch.cat((flags[:1], run(op, movement.copy, starts, dtype=torch.float32)[0]))
@@ -115,7 +121,7 @@ def _consecutive_rows(self, dim: int, return_inverse: bool, return_counts: bool)
     n = self.shape[dim]
     rows = contig(self.movedim(dim, 0)).reshape(n, -1)
     if n > 1:
-        diff = ew(op, elementwise.ne, rows[1:], rows[:n - 1])
+        diff = _ne(op, rows[1:], rows[:n - 1])
         starts = run(op, reduce.amax, diff, (1,), False)[0]
     else:
         starts = None
@@ -141,15 +147,29 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 # -- unique along a dim: slices sorted lexicographically ---------------------------------------------------
 _A, _B = inputs(2)  # row i's column k, row j's column k
 _CODE = (_B.lt(_A) + _B.gt(_A) * 2.0).node  # 1: j below i at k, 2: above, 0: no order (equal or NaN)
+_MASKS = (_A + _B * 2.0).node  # the same code from exact integer compares (masks: below, above)
 _C, _PI, _PJ = inputs(3)
 _BEFORE = (_C.eq(1.0) + _C.eq(0.0) * _PJ.lt(_PI)).node  # j first: below at the first ordered column, or a tie
 
 
-def _lex_perm(op: str, rows: torch.Tensor) -> torch.Tensor:
-    """int32 order of the rows of an FP32 [n, M] tensor sorted lexicographically as torch compares slices
-    (column by column, ``<`` then ``>``, NaN orders nothing), ties by position."""
+def _codes(op: str, rows: torch.Tensor) -> torch.Tensor:
+    """FP32 [n, n, M]: 1 where row j is below row i at column k, 2 where above, 0 where neither. int32 and
+    int64 compare exactly (FP32 keys would merge values beyond 2**24); the rest through FP32 keys."""
     n, m = rows.shape
-    code = run(op, formula, rows.view(n, 1, m), rows.view(1, n, m), expr=_CODE, out_dtype=F32)[0]
+    if rows.dtype in (torch.int32, torch.int64):
+        (lt, gt), _ = int_compares(op, rows.dtype is torch.int64)
+        ri, rj = rows.view(n, 1, m), rows.view(1, n, m)
+        return run(op, formula, lt(rj, ri), gt(rj, ri), expr=_MASKS, out_dtype=F32)[0]
+    if rows.dtype not in FLOATS:  # small integers and bool: exact in FP32
+        rows = run(op, movement.copy, rows, dtype=torch.float32)[0]
+    return run(op, formula, rows.view(n, 1, m), rows.view(1, n, m), expr=_CODE, out_dtype=F32)[0]
+
+
+def _lex_perm(op: str, rows: torch.Tensor) -> torch.Tensor:
+    """int32 order of the rows of an [n, M] tensor sorted lexicographically as torch compares slices
+    (column by column, ``<`` then ``>``, NaN orders nothing), ties by position."""
+    n = rows.shape[0]
+    code = _codes(op, rows)
     first = index32(run(op, reduce.argmax, ew(op, elementwise.ne, code, 0.0), 2, True)[0], op)
     decided = run(op, movement.gather, code, 2, first)[0].view(n, n)
     pos = positions(n, rows.device)
@@ -160,7 +180,7 @@ def _lex_perm(op: str, rows: torch.Tensor) -> torch.Tensor:
 
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002
     op = "unique_dim"
-    if self.dtype not in RANKABLE or self.dtype == torch.int32 or self.dim() == 0:
+    if self.dtype not in RANKABLE or self.dim() == 0:
         return on_cpu(aten.unique_dim.default, self, dim, sorted, return_inverse, return_counts)
     d = dim % self.dim()
     n = self.shape[d]
@@ -169,12 +189,11 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
     rows = contig(self.movedim(d, 0)).reshape(n, -1)
     if n * n * rows.shape[1] > CHUNK:
         return on_cpu(aten.unique_dim.default, self, dim, sorted, return_inverse, return_counts)
-    keys = rows if rows.dtype in FLOATS else run(op, movement.copy, rows, dtype=torch.float32)[0]
-    perm = _lex_perm(op, keys)
+    perm = _lex_perm(op, rows)
     ordered = run(op, movement.index_select, rows, 0, perm)[0]
     starts = None
     if n > 1:
-        starts = run(op, reduce.amax, ew(op, elementwise.ne, ordered[1:], ordered[:n - 1]), (1,), False)[0]
+        starts = run(op, reduce.amax, _ne(op, ordered[1:], ordered[:n - 1]), (1,), False)[0]
     group, u, flags = _groups(op, None, n, starts, self.device)
     out = _firsts(op, group, flags, u, ordered, ordered.shape)
     moved = self.movedim(d, 0).shape
