@@ -832,6 +832,11 @@ def _scale_bias_kernel(x, scale, bias):
 
 # IEEE operations: one correctly rounded result whichever numpy loop (SIMD or not, strided or not) computes it
 _LAYOUT_FREE_OPS = frozenset({Alu.add, Alu.subtract, Alu.multiply, Alu.divide})
+# comparisons as numpy ufuncs giving bool, which a numpy-native destination takes as the exact 0 / 1
+_COMPARE_OUT = {Alu.equal: np.equal, Alu.not_equal: np.not_equal, Alu.greater: np.greater,
+                Alu.greater_equal: np.greater_equal, Alu.less: np.less, Alu.less_equal: np.less_equal}
+_NATIVE_01 = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.int16, DType.uint16,
+                        DType.int8, DType.uint8, DType.bool_})
 
 
 def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
@@ -843,9 +848,13 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
 
     if fop is not None:  # the common FP32 case, without dispatch
         exact = op in _LAYOUT_FREE_OPS
-        get = _as_f32 if exact else load_f32
-        # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output)
-        gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
+        get = _as_f32 if exact or op in _COMPARE_OUT else load_f32
+        # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output); a
+        # comparison's 0/1 goes straight into any numpy-native destination (the same values as through FP32)
+        if op in _COMPARE_OUT and ins.dst.dtype in _NATIVE_01:
+            fop, gd = _COMPARE_OUT[op], B.get(ins.dst)
+        else:
+            gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
 
         def step_f(h, a, fop=fop, ga=ga, gb=gb, gd=gd, get=get, shape=shape, write=write):
             x = get(ga(h, a))
@@ -1177,7 +1186,8 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
             f = gf(h, a)
             f = f.reshape(dshape) if false_ap else f
             gd(h, a)[...] = np.where(pred, gt(h, a).reshape(dshape), f)
-        return step
+        fast = _select_in_place(ins, B, dshape, gd, gt, gf, false_ap)
+        return fast or step
     gt, write = B.get(ins.on_true), _writer(B, dst)
     gf = B.get(on_false) if false_ap else None
     fimm = None if false_ap else np.float32(on_false)
@@ -1187,6 +1197,58 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
         f = gf(h, a).astype(F32).reshape(dshape) if gf is not None else fimm
         write(h, a, np.where(pred, gt(h, a).astype(F32).reshape(dshape), f))
     return step_cast
+
+
+_SELECT_RANK = 5  # partition + 4 free dims: every operand is viewed as 5-d for the kernel
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_kernel(pred, mask, on_true, on_false, out):
+    """out = on_true where (pred's bits & mask) != 0 else on_false, on 5-d raw views of any strides (``mask``
+    clears a float predicate's sign bit: -0.0 selects on_false, NaN on_true, as ``pred != 0``)."""
+    A, B, C, D, E = out.shape
+    for i in range(A):
+        for j in range(B):
+            for k in range(C):
+                for m in range(D):
+                    for q in range(E):
+                        if pred[i, j, k, m, q] & mask:
+                            out[i, j, k, m, q] = on_true[i, j, k, m, q]
+                        else:
+                            out[i, j, k, m, q] = on_false[i, j, k, m, q]
+
+
+def _overlaps(x: AP, y: AP) -> bool:
+    """Whether two on-chip operands may touch a common byte (same space, partitions and byte ranges meet)."""
+    if x.space is not y.space or x.end_partition <= y.start_partition or y.end_partition <= x.start_partition:
+        return False
+    (xl, xh), (yl, yh) = x.byte_range(), y.byte_range()
+    return xl < yh and yl < xh
+
+
+def _select_in_place(ins: isa.Select, B: _Binder, dshape, gd, gt, gf, false_ap) -> Step | None:
+    """A Numba step for a bit-exact select whose destination is each data operand itself or apart from it (an
+    element loop then reads before it writes, as the instruction does); None where numpy's whole-array form
+    is needed (partly overlapping operands, shapes that do not view as 5-d)."""
+    dst, pred = ins.dst, ins.predicate
+    data = [ins.on_true] + ([ins.on_false] if false_ap else [])
+    if len(dshape) > _SELECT_RANK or pred.space is Space.HBM or dst.space is Space.HBM or any(
+            ap.space is Space.HBM or (ap != dst and _overlaps(ap, dst)) for ap in data):
+        return None
+    if _overlaps(pred, dst) and pred != dst:
+        return None
+    pdt = pred.dtype
+    gp = B.raw(pred)
+    bits = 8 * pdt.itemsize
+    mask = (1 << (bits - 1)) - 1 if pdt.is_float else (1 << bits) - 1
+    mask = np.array(mask, raw_dtype(pdt.numpy))[()]
+    shape5 = (1,) * (_SELECT_RANK - len(dshape)) + tuple(dshape)
+
+    def step(h, a, gd=gd, gf=gf, gp=gp, gt=gt, mask=mask, shape5=shape5, false_ap=false_ap):
+        f = gf(h, a)
+        f = f.reshape(shape5) if false_ap else np.broadcast_to(f, shape5)
+        _select_kernel(gp(h, a).reshape(shape5), mask, gt(h, a).reshape(shape5), f, gd(h, a).reshape(shape5))
+    return step
 
 
 def _partition_reduce(ins: isa.PartitionReduce, B: _Binder) -> Step:

@@ -26,6 +26,7 @@ from .common import contig
 from .compose import FLOATS, ew
 from .launch import run
 from .pointwise_expr import formula, inputs
+from .sorting_network import network_fits, network_sort
 
 MAX_ROW = 16384  # longest row ranked on the device (n**2 comparisons)
 CHUNK = 1 << 22  # comparison-matrix elements per launch (16 MiB of FP32)
@@ -139,8 +140,12 @@ def ranks(op: str, x: torch.Tensor, descending: bool) -> torch.Tensor:
 
 
 def sort_rows(op: str, x: torch.Tensor, descending: bool, want_values: bool = True):
-    """(sorted values or None, int32 permutation) of the rows of a contiguous [B, n] tensor, stable."""
+    """(sorted values or None, int32 permutation) of the rows of a contiguous [B, n] tensor, stable: by the
+    sorting network where the rows fit it (:mod:`.sorting_network`), else by ranks."""
     B, n = x.shape
+    if B and network_fits(x.dtype, n):
+        values, perm = network_sort(op, x, descending)
+        return (values if want_values else None), perm
     r = ranks(op, x, descending)
     src = contig(iota(n, x.device).expand(B, n))
     perm = run(op, movement.scatter, r, 1, r, src)[0]  # r is a same-shape, same-dtype placeholder
