@@ -852,6 +852,9 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
         # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output); a
         # comparison's 0/1 goes straight into any numpy-native destination (the same values as through FP32)
         if op in _COMPARE_OUT and ins.dst.dtype in _NATIVE_01:
+            fast = _compare_loop(ins, B, get)
+            if fast is not None:
+                return fast
             fop, gd = _COMPARE_OUT[op], B.get(ins.dst)
         else:
             gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
@@ -1199,7 +1202,75 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
     return step_cast
 
 
-_SELECT_RANK = 5  # partition + 4 free dims: every operand is viewed as 5-d for the kernel
+_LOOP_RANK = 5  # partition + 4 free dims: the element loops below view every operand as 5-d
+
+
+_LOOP_NEAR_BYTES = 64  # output strides up to a cache line count as near for the choice of the inner loop
+
+
+def _loop_views(shape, *views):
+    """``views`` (each with ``shape``'s elements; the last is the output) as 5-d views of one shape in the loop
+    order of the element kernels: the output's dims by decreasing stride, except that the innermost is its
+    longest dim among those of near stride (any order gives the same elementwise result; long inner loops over
+    near elements are the fast ones)."""
+    shape5 = (1,) * (_LOOP_RANK - len(shape)) + tuple(shape)
+    views = [v.reshape(shape5) for v in views]
+    strides = [abs(st) for st in views[-1].strides]
+    steps = [k for k in range(_LOOP_RANK) if shape5[k] > 1] or [_LOOP_RANK - 1]
+    near = [k for k in steps if strides[k] <= _LOOP_NEAR_BYTES]
+    inner = max(near, key=lambda k: shape5[k]) if near else min(steps, key=lambda k: strides[k])
+    order = sorted((k for k in range(_LOOP_RANK) if k != inner), key=lambda k: (shape5[k] > 1, -strides[k]))
+    return [v.transpose(order + [inner]) for v in views]
+
+
+def _loopable(dst: AP, *srcs: AP) -> bool:
+    """Whether an element loop computes an instruction as it is defined (whole result before writing): every
+    on-chip source is the destination itself or apart from it, and the pattern has at most 5 dims."""
+    return (dst.on_chip and len(dst.free) < _LOOP_RANK
+            and all(ap.on_chip and (ap == dst or not _overlaps(ap, dst)) for ap in srcs))
+
+
+# a comparison as (kind, swap the operands): kind 0 a > b, 1 a >= b, 2 a == b, 3 a != b
+_COMPARE_FORMS = {Alu.greater: (0, False), Alu.less: (0, True), Alu.greater_equal: (1, False),
+                  Alu.less_equal: (1, True), Alu.equal: (2, False), Alu.not_equal: (3, False)}
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _compare_kernel(kind, a, b, out):
+    """out = 1 / 0 by comparison ``kind`` of :data:`_COMPARE_FORMS` (IEEE: NaN is unequal to everything), on
+    5-d FP32 views of any strides; the kind is chosen outside the inner loop, which then vectorizes."""
+    A, B, C, D, E = out.shape
+    for i in range(A):
+        for j in range(B):
+            for k in range(C):
+                for m in range(D):
+                    x, y, o = a[i, j, k, m], b[i, j, k, m], out[i, j, k, m]
+                    if kind == 0:
+                        for q in range(E):
+                            o[q] = x[q] > y[q]
+                    elif kind == 1:
+                        for q in range(E):
+                            o[q] = x[q] >= y[q]
+                    elif kind == 2:
+                        for q in range(E):
+                            o[q] = x[q] == y[q]
+                    else:
+                        for q in range(E):
+                            o[q] = x[q] != y[q]
+
+
+def _compare_loop(ins: isa.TensorTensor, B: _Binder, get) -> Step | None:
+    """A Numba step for a comparison into a numpy-native destination (see :func:`_loopable`), else None."""
+    if not _loopable(ins.dst, ins.a, ins.b):
+        return None
+    kind, swap = _COMPARE_FORMS[ins.op]
+    ga, gb = (B.get(ins.b), B.get(ins.a)) if swap else (B.get(ins.a), B.get(ins.b))
+    gd, shape = B.get(ins.dst), ins.dst.shape
+
+    def step(h, a, ga=ga, gb=gb, gd=gd, get=get, kind=kind, shape=shape):
+        x, y, out = _loop_views(shape, get(ga(h, a)), get(gb(h, a)), gd(h, a))
+        _compare_kernel(kind, x, y, out)
+    return step
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1211,11 +1282,9 @@ def _select_kernel(pred, mask, on_true, on_false, out):
         for j in range(B):
             for k in range(C):
                 for m in range(D):
+                    p, t, f, o = pred[i, j, k, m], on_true[i, j, k, m], on_false[i, j, k, m], out[i, j, k, m]
                     for q in range(E):
-                        if pred[i, j, k, m, q] & mask:
-                            out[i, j, k, m, q] = on_true[i, j, k, m, q]
-                        else:
-                            out[i, j, k, m, q] = on_false[i, j, k, m, q]
+                        o[q] = t[q] if p[q] & mask else f[q]
 
 
 def _overlaps(x: AP, y: AP) -> bool:
@@ -1230,24 +1299,20 @@ def _select_in_place(ins: isa.Select, B: _Binder, dshape, gd, gt, gf, false_ap) 
     """A Numba step for a bit-exact select whose destination is each data operand itself or apart from it (an
     element loop then reads before it writes, as the instruction does); None where numpy's whole-array form
     is needed (partly overlapping operands, shapes that do not view as 5-d)."""
-    dst, pred = ins.dst, ins.predicate
-    data = [ins.on_true] + ([ins.on_false] if false_ap else [])
-    if len(dshape) > _SELECT_RANK or pred.space is Space.HBM or dst.space is Space.HBM or any(
-            ap.space is Space.HBM or (ap != dst and _overlaps(ap, dst)) for ap in data):
-        return None
-    if _overlaps(pred, dst) and pred != dst:
+    pred = ins.predicate
+    if not _loopable(ins.dst, pred, ins.on_true, *([ins.on_false] if false_ap else [])):
         return None
     pdt = pred.dtype
     gp = B.raw(pred)
     bits = 8 * pdt.itemsize
     mask = (1 << (bits - 1)) - 1 if pdt.is_float else (1 << bits) - 1
     mask = np.array(mask, raw_dtype(pdt.numpy))[()]
-    shape5 = (1,) * (_SELECT_RANK - len(dshape)) + tuple(dshape)
 
-    def step(h, a, gd=gd, gf=gf, gp=gp, gt=gt, mask=mask, shape5=shape5, false_ap=false_ap):
+    def step(h, a, dshape=dshape, gd=gd, gf=gf, gp=gp, gt=gt, mask=mask, false_ap=false_ap):
         f = gf(h, a)
-        f = f.reshape(shape5) if false_ap else np.broadcast_to(f, shape5)
-        _select_kernel(gp(h, a).reshape(shape5), mask, gt(h, a).reshape(shape5), f, gd(h, a).reshape(shape5))
+        f = f if false_ap else np.broadcast_to(f, dshape)
+        p, t, f, out = _loop_views(dshape, gp(h, a), gt(h, a), f, gd(h, a))
+        _select_kernel(p, mask, t, f, out)
     return step
 
 
