@@ -1343,6 +1343,13 @@ def test_select_and_compare_loops_read_before_write_on_any_layout():
     a = rig.get(view)
     rig.run(isa.TensorTensor(view, view, rev, Alu.greater_equal))  # in place into FP32
     assert_same(rig.get(view), (a >= rig.get(rev)).astype(F32))
+    ints = AP.sbuf("int32", P, (2, 3), offset=3072)  # beyond 2**24: exact in integer mode, rounded in FP32
+    rig.put(ints, np.array([[2 ** 24 + 1, -7, 2 ** 31 - 1], [2 ** 24, -7, 2 ** 31 - 2]] * P, np.int32).reshape(P, 2, 3))
+    lo_i, hi_i = (AP(Space.SBUF, DType.int32, P, ((3, 1),), 0, 3072 + 12 * k) for k in (0, 1))
+    for engine, want in ((Engine.GPSIMD, [1, 0, 1]), (Engine.VECTOR, [0, 0, 0])):
+        flags = AP.sbuf("int32", P, (3,), offset=3200)
+        rig.run(isa.TensorTensor(flags, lo_i, hi_i, Alu.greater, engine=engine))
+        assert rig.get(flags).tolist() == [want] * P, engine
     rig.put(buf, vals)
     shifted = AP.sbuf("float32", P, (59,), offset=4)  # partly overlapping: the whole-array form
     src = AP.sbuf("float32", P, (59,))

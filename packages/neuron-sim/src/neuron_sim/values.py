@@ -837,6 +837,7 @@ _COMPARE_OUT = {Alu.equal: np.equal, Alu.not_equal: np.not_equal, Alu.greater: n
                 Alu.greater_equal: np.greater_equal, Alu.less: np.less, Alu.less_equal: np.less_equal}
 _NATIVE_01 = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.int16, DType.uint16,
                         DType.int8, DType.uint8, DType.bool_})
+_LOOP_01 = frozenset({DType.float32, DType.int32, DType.uint8})  # the compare loop's destinations (few compiles)
 
 
 def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
@@ -845,6 +846,10 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
     load, op, wrap = _load_exact, ins.op, _wrap_dtype(ins.a)
     shape = ins.dst.shape
     fop = None if (mode or op.is_bitwise) else _FLOAT_OPS[op]
+    if mode and op in _COMPARE_OUT and ins.dst.dtype in _LOOP_01:
+        fast = _compare_loop(ins, B, fp32=False)  # integer mode: the integers compared exactly
+        if fast is not None:
+            return fast
 
     if fop is not None:  # the common FP32 case, without dispatch
         exact = op in _LAYOUT_FREE_OPS
@@ -852,7 +857,7 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
         # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output); a
         # comparison's 0/1 goes straight into any numpy-native destination (the same values as through FP32)
         if op in _COMPARE_OUT and ins.dst.dtype in _NATIVE_01:
-            fast = _compare_loop(ins, B, get)
+            fast = _compare_loop(ins, B, fp32=True) if ins.dst.dtype in _LOOP_01 else None
             if fast is not None:
                 return fast
             fop, gd = _COMPARE_OUT[op], B.get(ins.dst)
@@ -1235,41 +1240,60 @@ _COMPARE_FORMS = {Alu.greater: (0, False), Alu.less: (0, True), Alu.greater_equa
                   Alu.less_equal: (1, True), Alu.equal: (2, False), Alu.not_equal: (3, False)}
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _compare(kind, x, y):
+    if kind == 0:
+        return x > y
+    if kind == 1:
+        return x >= y
+    if kind == 2:
+        return x == y
+    return x != y
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _compare_kernel(kind, a, b, out):
-    """out = 1 / 0 by comparison ``kind`` of :data:`_COMPARE_FORMS` (IEEE: NaN is unequal to everything), on
-    5-d FP32 views of any strides; the kind is chosen outside the inner loop, which then vectorizes."""
+def _compare_kernel(kind, fp32, a, b, out):
+    """out = 1 / 0 by comparison ``kind`` of :data:`_COMPARE_FORMS` on 5-d views of any strides, the operands as
+    FP32 values (``fp32``: ints rounded as the engines' FP32 conversion does) or as exact integers (integer
+    mode); IEEE: NaN is unequal to everything. Branches stay outside the inner loop, which then vectorizes."""
     A, B, C, D, E = out.shape
     for i in range(A):
         for j in range(B):
             for k in range(C):
                 for m in range(D):
                     x, y, o = a[i, j, k, m], b[i, j, k, m], out[i, j, k, m]
-                    if kind == 0:
+                    if fp32:
                         for q in range(E):
-                            o[q] = x[q] > y[q]
-                    elif kind == 1:
-                        for q in range(E):
-                            o[q] = x[q] >= y[q]
-                    elif kind == 2:
-                        for q in range(E):
-                            o[q] = x[q] == y[q]
+                            o[q] = _compare(kind, np.float32(x[q]), np.float32(y[q]))
                     else:
                         for q in range(E):
-                            o[q] = x[q] != y[q]
+                            o[q] = _compare(kind, x[q], y[q])
 
 
-def _compare_loop(ins: isa.TensorTensor, B: _Binder, get) -> Step | None:
+_LOOP_INPUTS = frozenset({DType.float32, DType.int32, DType.uint32, DType.int16, DType.uint16, DType.int8,
+                          DType.uint8})  # read by the compare loop as they are (others are widened first)
+
+
+def _loop_input(B: _Binder, ap: AP, widen) -> Callable:
+    """The getter of a compare loop operand: the view itself, or widened by ``widen`` where Numba has no type."""
+    g = B.get(ap)
+    if ap.dtype in _LOOP_INPUTS:
+        return g
+    return lambda h, a, g=g, widen=widen: widen(g(h, a))
+
+
+def _compare_loop(ins: isa.TensorTensor, B: _Binder, fp32: bool) -> Step | None:
     """A Numba step for a comparison into a numpy-native destination (see :func:`_loopable`), else None."""
     if not _loopable(ins.dst, ins.a, ins.b):
         return None
     kind, swap = _COMPARE_FORMS[ins.op]
-    ga, gb = (B.get(ins.b), B.get(ins.a)) if swap else (B.get(ins.a), B.get(ins.b))
+    a, b = (ins.b, ins.a) if swap else (ins.a, ins.b)
+    ga, gb = (_loop_input(B, x, load_f32 if fp32 else _load_exact) for x in (a, b))
     gd, shape = B.get(ins.dst), ins.dst.shape
 
-    def step(h, a, ga=ga, gb=gb, gd=gd, get=get, kind=kind, shape=shape):
-        x, y, out = _loop_views(shape, get(ga(h, a)), get(gb(h, a)), gd(h, a))
-        _compare_kernel(kind, x, y, out)
+    def step(h, ad, ga=ga, gb=gb, gd=gd, fp32=fp32, kind=kind, shape=shape):
+        x, y, out = _loop_views(shape, ga(h, ad), gb(h, ad), gd(h, ad))
+        _compare_kernel(kind, fp32, x, y, out)
     return step
 
 

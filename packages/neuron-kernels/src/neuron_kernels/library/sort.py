@@ -282,7 +282,7 @@ def _decide(lo: View, hi: View, lo_d: View, hi_d: View, p: int, d: int, sizes, m
     hi. Returns the swap view, shaped ``sizes``."""
     s = d + 1
     nisa.tensor_tensor(mk.of(mk.cmp, p, 0, s, sizes), lo, hi, Alu.greater)
-    nisa.tensor_tensor(mk.of(mk.eq, p, 0, d, sizes), lo_d, hi_d, Alu.equal)
+    nisa.tensor_tensor(mk.of(mk.eq, p, 0, d, sizes), lo_d, hi_d, Alu.equal, engine=nisa.gpsimd_engine)
     swap = mk.of(mk.swap, p, 0, 1, sizes)
     prev = mk.of(mk.cmp, p, d, 1, sizes)  # the index compare decides ties of every digit
     for j in reversed(range(d)):
@@ -552,13 +552,13 @@ def sort(x, descending=False, int64_indices=False):
     d = kind.digits
     s, cmax = d + 1, geo.seg if geo.q > 1 else max(1, geo.seg // 2)
     flags = _flags(geo.q) if geo.q > 1 else None
+    scratch = nl.ndarray((128, s * geo.seg), kind.dtype, buffer=nl.private_hbm, name="partners") \
+        if geo.q > 1 else None
     for t in _tiles(geo, rows):
         a = nl.ndarray((128, s * geo.seg), kind.dtype, name="keys_a")
         b = nl.ndarray((128, s * geo.seg), kind.dtype, name="keys_b")
         mk = _Masks(nl.ndarray((128, s * cmax), U8, name="cmp"), nl.ndarray((128, d * cmax), U8, name="eq"),
                     nl.ndarray((128, cmax), U8, name="swap"), cmax)
-        scratch = nl.ndarray((128, s * geo.seg), kind.dtype, buffer=nl.private_hbm, name="partners") \
-            if geo.q > 1 else None
         _load_stage(x, b, geo, t, kind)
         _digits(a, b, t.p, geo, kind, descending)
         for where, step_kind, size in geo.steps():
