@@ -37,14 +37,16 @@ Layouts (:func:`geometry` picks the cheaper by an estimate of VectorE and DMA ti
   back in the partner order (two DMAs whose patterns step over partition blocks, long runs), and each partition
   keeps the min or the max of itself and its partner by the per-partition flag ``p & delta``.
 
-Per compare-exchange group of C pairs, on VectorE (select is VectorE's):
+Per compare-exchange group of C pairs:
 
-1. ``cmp = lo > hi`` over all S slots (one instruction, [P, S, C]), ``eq = lo == hi`` over the D digits;
+1. ``cmp = lo > hi`` over all S slots (one VectorE instruction, [P, S, C]), beside it ``eq = lo == hi`` over the
+   D digits on GpSimd;
 2. ``swap = cmp[index]``, then for each digit from the last: ``swap = select(eq[j], swap, cmp[j])``;
-3. new lo = ``select(swap, hi, lo)``, new hi = ``select(swap, lo, hi)`` over all S slots (swap broadcast).
+3. new lo = ``select(swap, hi, lo)``, new hi = ``select(swap, lo, hi)`` over all S slots (swap broadcast; select
+   is VectorE's).
 
 In-partition steps ping-pong between two buffers, so new values never overwrite ones still to be read. Cost
-per step about ``(6S + 4D) C`` VectorE cycles.
+per step about ``(6S + 2D) C`` VectorE cycles.
 
 Limits: rows of at most :func:`max_row` elements (a partition holds both buffers and the masks of ``m``).
 """
@@ -196,17 +198,18 @@ class Geometry:
 
 def _estimate_ns(geo: Geometry, rows: int, digits: int, profile) -> float:
     """Device time estimate: VectorE cycles of the compare-exchanges (floored at MIN_II, plus the dependent-issue
-    drain per instruction) and the two DMAs of each cross-partition step, times the tiles."""
+    drain per instruction; GpSimd's digit compares overlap them) and the two DMAs of each cross-partition step,
+    times the tiles."""
     s, d = digits + 1, digits
     drain = max(0, profile.vector_dependent_cycles - profile.min_ii)
     cycles, dma = 0.0, 0.0
     for where, kind, size in geo.steps():
         if where == "in":
             c = sum(math.prod(g.sizes) for g in plan_step(kind, size, geo.m)[0]) * geo.g
-            elems = (2 * s, 2 * d, *([2] * d), 2 * s, 2 * s)
+            elems = (2 * s, *([2] * d), 2 * s, 2 * s)
         else:
             c = geo.m
-            elems = (2 * s, 2 * d, *([2] * d), 1, 2 * s)
+            elems = (2 * s, *([2] * d), 1, 2 * s)
             nbytes = min(rows, geo.rows_per_tile) * geo.q * s * geo.m * 4
             dma += 2 * (profile.dma_fixed_ns + nbytes / profile.dma_bytes_per_ns)
         cycles += sum(max(profile.min_ii, e * c) + drain for e in elems)
