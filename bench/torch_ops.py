@@ -5,7 +5,9 @@ Tiny ops (16x16 float32: add, mul, matmul, sum, view, copy) are timed call by ca
 CPU in the same process; the median is the figure (target: <= 30 us per tiny neuron op). A neuron op's
 wall time includes the simulator running its program, so it is the whole cost a user sees per call.
 The GPT step is the demo's model (torch_neuron.models.gpt, bf16 autocast, fused AdamW): wall time per
-step on neuron and on the CPU, and the simulated device time per step.
+step on neuron and on the CPU, and the simulated device time per step. Sort: ``torch.sort`` (stable, last dim) of
+float32 rows of 4097 (8 and 1000 rows: rows spread across partitions and one per partition), warm wall time
+around the ``.cpu()`` of both results on neuron and on the CPU, and the simulated device time.
 """
 
 from __future__ import annotations
@@ -102,16 +104,49 @@ def bench_gpt_step(steps: int) -> None:
     emit("gpt_step wall neuron/cpu", walls["neuron"] / walls["cpu"], "x")
 
 
+SORT_SHAPES = ((8, 4097), (1000, 4097))
+
+
+def bench_sort(repeat: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    for rows, n in SORT_SHAPES:
+        x = torch.randn(rows, n, generator=g)
+        for device in ("cpu", "neuron"):
+            d = x.to(device)
+
+            def call(d=d):
+                v, i = torch.sort(d, stable=True)
+                return v.cpu(), i.cpu()
+
+            call()  # traces and loads the program
+            times, device_ms = [], []
+            for _ in range(repeat):
+                before = torch.neuron.metrics()["device_ns_total"]
+                t0 = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t0)
+                device_ms.append((torch.neuron.metrics()["device_ns_total"] - before) / 1e6)
+            emit(f"sort {rows}x{n} float32 wall ({device})", statistics.median(times) * 1e3, "ms")
+            if device == "neuron":
+                emit(f"sort {rows}x{n} float32 simulated device time (neuron)", statistics.median(device_ms), "ms")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=300, help="timed calls per tiny op")
     ap.add_argument("--steps", type=int, default=5, help="timed GPT steps")
+    ap.add_argument("--sort-repeat", type=int, default=3, help="timed calls per sort shape")
+    ap.add_argument("--only", choices=("tiny", "gpt", "sort"), help="run one section")
     args = ap.parse_args(argv)
     with warnings.catch_warnings():  # a fallback is counted below instead of warned per op
         warnings.simplefilter("ignore", torch.neuron.NeuronFallbackWarning)
         torch.neuron.reset_metrics()
-        bench_tiny_ops(args.repeat)
-        bench_gpt_step(args.steps)
+        if args.only in (None, "tiny"):
+            bench_tiny_ops(args.repeat)
+        if args.only in (None, "gpt"):
+            bench_gpt_step(args.steps)
+        if args.only in (None, "sort"):
+            bench_sort(args.sort_repeat)
     fallback = torch.neuron.metrics()["fallback"]
     emit("fallback ops", len(fallback), "ops" + (f" ({', '.join(sorted(fallback))})" if fallback else ""))
     return 0

@@ -1331,6 +1331,54 @@ def test_select(data):
     assert_same(rig.get(dst), want)
 
 
+def test_select_and_compare_loops_read_before_write_on_any_layout():
+    """Bit-exact selects and comparisons into numpy-native destinations run as element loops (destination equal to
+    an operand or apart from it; a partly overlapping one takes the whole-array form): every case reads its
+    sources before writing, with broadcast predicates, reversed operands and short inner dims."""
+    rig = Rig()
+    rng = np.random.default_rng(7)
+    P = 4  # views of 4 free dims [2, 3, 2, 5], the innermost short
+    vals = rng.integers(-3, 4, (P, 60)).astype(F32)
+    vals[vals == 3] = np.nan
+    buf = AP.sbuf("float32", P, (60,))
+    other = AP.sbuf("float32", P, (60,), offset=256)
+    rig.put(buf, vals)
+    rig.put(other, vals[:, ::-1] * 2)
+    view = AP(Space.SBUF, DType.float32, P, ((2, 30), (3, 10), (2, 5), (5, 1)), 0, 0)
+    rev = AP(Space.SBUF, DType.float32, P, ((2, -30), (3, -10), (2, -5), (5, -1)), 0, 256 + 59 * 4)
+    pred = AP(Space.SBUF, DType.uint8, P, ((2, 0), (3, 10), (2, 5), (5, 1)), 0, 1024)  # broadcast dim
+    pv = rng.integers(0, 2, (P, 30)).astype(np.uint8)
+    rig.put(AP.sbuf("uint8", P, (30,), offset=1024), pv)
+    cond = np.broadcast_to(pv.reshape(P, 1, 3, 2, 5), (P, 2, 3, 2, 5)) != 0
+    want = np.where(cond, rig.get(rev), rig.get(view))
+    rig.run(isa.Select(view, pred, rev, view))  # in place: dst is on_false
+    assert_same(rig.get(view), want)
+    for op, ref in ((Alu.greater, np.greater), (Alu.less_equal, np.less_equal), (Alu.not_equal, np.not_equal),
+                    (Alu.equal, np.equal)):
+        mask = AP(Space.SBUF, DType.uint8, P, ((2, 30), (3, 10), (2, 5), (5, 1)), 0, 2048)
+        want = ref(rig.get(view), rig.get(rev)).astype(np.uint8)
+        rig.run(isa.TensorTensor(mask, view, rev, op))
+        assert_same(rig.get(mask), want)
+    a = rig.get(view)
+    rig.run(isa.TensorTensor(view, view, rev, Alu.greater_equal))  # in place into FP32
+    assert_same(rig.get(view), (a >= rig.get(rev)).astype(F32))
+    ints = AP.sbuf("int32", P, (2, 3), offset=3072)  # beyond 2**24: exact in integer mode, rounded in FP32
+    rig.put(ints, np.array([[2 ** 24 + 1, -7, 2 ** 31 - 1], [2 ** 24, -7, 2 ** 31 - 2]] * P, np.int32).reshape(P, 2, 3))
+    lo_i, hi_i = (AP(Space.SBUF, DType.int32, P, ((3, 1),), 0, 3072 + 12 * k) for k in (0, 1))
+    for engine, want in ((Engine.GPSIMD, [1, 0, 1]), (Engine.VECTOR, [0, 0, 0])):
+        flags = AP.sbuf("int32", P, (3,), offset=3200)
+        rig.run(isa.TensorTensor(flags, lo_i, hi_i, Alu.greater, engine=engine))
+        assert rig.get(flags).tolist() == [want] * P, engine
+    rig.put(buf, vals)
+    shifted = AP.sbuf("float32", P, (59,), offset=4)  # partly overlapping: the whole-array form
+    src = AP.sbuf("float32", P, (59,))
+    want = np.where(vals[:, :59] > 0, vals[:, :59], vals[:, 1:])
+    flag = AP.sbuf("float32", P, (59,), offset=512)
+    rig.put(flag, (vals[:, :59] > 0).astype(F32))
+    rig.run(isa.Select(shifted, flag, src, shifted))
+    assert_same(rig.get(shifted), want)
+
+
 # ================================================================================================
 # partition_reduce, partition_broadcast
 # ================================================================================================

@@ -103,6 +103,46 @@ def test_sort_long_row():
     same(got, torch.sort(x, stable=True, descending=True))
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.int32, torch.int64))
+def test_sort_of_long_rows_is_native_and_matches_cpu(dtype):
+    """Rows of thousands of elements (few rows: spread across partitions; many: one per partition) and rows beyond
+    the old 16384 limit sort on the device by the network, stable, NaN largest, in both directions."""
+    for shape in ((3, 5000), (130, 300), (1, 20000)):
+        x = tensors(dtype, shape, sum(shape))
+        for desc in (False, True):
+            with native("sort"):
+                got = torch.sort(x.to(DEV), descending=desc, stable=True)
+            same(got, torch.sort(x, descending=desc, stable=True))
+
+
+def test_sort_is_one_launch_with_int64_indices():
+    x = torch.randn(200, 1000)
+    d = x.to(DEV)
+    torch.neuron.reset_metrics()
+    with native("sort"):
+        got = torch.sort(d, stable=True)
+    assert torch.neuron.metrics()["programs"] == {"sort": 1}
+    same(got, torch.sort(x, stable=True))
+
+
+def test_selection_of_long_rows_is_native():
+    """topk with a large k, kthvalue and median of rows longer than the old rank sort's limit, and a stable argsort
+    of int64 expert ids (MoE routing's token order), all by the network."""
+    x = torch.randperm(40000).float().view(2, 20000) * 0.25  # distinct: torch's order of topk ties is libstdc++'s
+    x[0, 7] = NAN
+    d = x.to(DEV)
+    with native("topk", "kthvalue", "median"):
+        got = [torch.topk(d, 3000, largest=False), torch.kthvalue(d, 12345), torch.median(d, 1),
+               torch.median(d[1])]
+    same(got[0], torch.topk(x, 3000, largest=False))
+    same(got[1], torch.kthvalue(x, 12345))
+    same(got[2].values, torch.median(x, 1).values)
+    same(got[3], torch.median(x[1]))
+    experts = torch.randint(0, 8, (4096,))
+    with native("sort"):
+        same(torch.argsort(experts.to(DEV), stable=True), torch.argsort(experts, stable=True))
+
+
 def test_unstable_int64_sorts_of_long_rows_and_topk_half_take_cpu_path():
     """int64 keys tie often (token and expert ids): where torch's order of ties is libstdc++'s (stable=False
     beyond 16 elements, topk of 16-bit floats) the CPU gives it; stable int64 sorts run on the device."""

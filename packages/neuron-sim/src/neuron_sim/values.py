@@ -834,6 +834,12 @@ def _scale_bias_kernel(x, scale, bias):
 
 # IEEE operations: one correctly rounded result whichever numpy loop (SIMD or not, strided or not) computes it
 _LAYOUT_FREE_OPS = frozenset({Alu.add, Alu.subtract, Alu.multiply, Alu.divide})
+# comparisons as numpy ufuncs giving bool, which a numpy-native destination takes as the exact 0 / 1
+_COMPARE_OUT = {Alu.equal: np.equal, Alu.not_equal: np.not_equal, Alu.greater: np.greater,
+                Alu.greater_equal: np.greater_equal, Alu.less: np.less, Alu.less_equal: np.less_equal}
+_NATIVE_01 = frozenset({DType.float32, DType.float16, DType.int32, DType.uint32, DType.int16, DType.uint16,
+                        DType.int8, DType.uint8, DType.bool_})
+_LOOP_01 = frozenset({DType.float32, DType.int32, DType.uint8})  # the compare loop's destinations (few compiles)
 
 
 def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
@@ -842,12 +848,23 @@ def _tensor_tensor(ins: isa.TensorTensor, B: _Binder) -> Step:
     load, op, wrap = _load_exact, ins.op, _wrap_dtype(ins.a)
     shape = ins.dst.shape
     fop = None if (mode or op.is_bitwise) else _FLOAT_OPS[op]
+    if mode and op in _COMPARE_OUT and ins.dst.dtype in _LOOP_01:
+        fast = _compare_loop(ins, B, fp32=False)  # integer mode: the integers compared exactly
+        if fast is not None:
+            return fast
 
     if fop is not None:  # the common FP32 case, without dispatch
         exact = op in _LAYOUT_FREE_OPS
-        get = _as_f32 if exact else load_f32
-        # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output)
-        gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
+        get = _as_f32 if exact or op in _COMPARE_OUT else load_f32
+        # an FP32 destination takes the result directly (numpy buffers inputs that overlap the output); a
+        # comparison's 0/1 goes straight into any numpy-native destination (the same values as through FP32)
+        if op in _COMPARE_OUT and ins.dst.dtype in _NATIVE_01:
+            fast = _compare_loop(ins, B, fp32=True) if ins.dst.dtype in _LOOP_01 else None
+            if fast is not None:
+                return fast
+            fop, gd = _COMPARE_OUT[op], B.get(ins.dst)
+        else:
+            gd = B.get(ins.dst) if exact and ins.dst.dtype is DType.float32 else None
 
         def step_f(h, a, fop=fop, ga=ga, gb=gb, gd=gd, get=get, shape=shape, write=write):
             x = get(ga(h, a))
@@ -1179,7 +1196,8 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
             f = gf(h, a)
             f = f.reshape(dshape) if false_ap else f
             gd(h, a)[...] = np.where(pred, gt(h, a).reshape(dshape), f)
-        return step
+        fast = _select_in_place(ins, B, dshape, gd, gt, gf, false_ap)
+        return fast or step
     gt, write = B.get(ins.on_true), _writer(B, dst)
     gf = B.get(on_false) if false_ap else None
     fimm = None if false_ap else np.float32(on_false)
@@ -1189,6 +1207,139 @@ def _select(ins: isa.Select, B: _Binder) -> Step:
         f = gf(h, a).astype(F32).reshape(dshape) if gf is not None else fimm
         write(h, a, np.where(pred, gt(h, a).astype(F32).reshape(dshape), f))
     return step_cast
+
+
+_LOOP_RANK = 5  # partition + 4 free dims: the element loops below view every operand as 5-d
+
+
+_LOOP_NEAR_BYTES = 64  # output strides up to a cache line count as near for the choice of the inner loop
+
+
+def _loop_views(shape, *views):
+    """``views`` (each with ``shape``'s elements; the last is the output) as 5-d views of one shape in the loop
+    order of the element kernels: the output's dims by decreasing stride, except that the innermost is its
+    longest dim among those of near stride (any order gives the same elementwise result; long inner loops over
+    near elements are the fast ones)."""
+    shape5 = (1,) * (_LOOP_RANK - len(shape)) + tuple(shape)
+    views = [v.reshape(shape5) for v in views]
+    strides = [abs(st) for st in views[-1].strides]
+    steps = [k for k in range(_LOOP_RANK) if shape5[k] > 1] or [_LOOP_RANK - 1]
+    near = [k for k in steps if strides[k] <= _LOOP_NEAR_BYTES]
+    inner = max(near, key=lambda k: shape5[k]) if near else min(steps, key=lambda k: strides[k])
+    order = sorted((k for k in range(_LOOP_RANK) if k != inner), key=lambda k: (shape5[k] > 1, -strides[k]))
+    return [v.transpose(order + [inner]) for v in views]
+
+
+def _loopable(dst: AP, *srcs: AP) -> bool:
+    """Whether an element loop computes an instruction as it is defined (whole result before writing): every
+    on-chip source is the destination itself or apart from it, and the pattern has at most 5 dims."""
+    return (dst.on_chip and len(dst.free) < _LOOP_RANK
+            and all(ap.on_chip and (ap == dst or not _overlaps(ap, dst)) for ap in srcs))
+
+
+# a comparison as (kind, swap the operands): kind 0 a > b, 1 a >= b, 2 a == b, 3 a != b
+_COMPARE_FORMS = {Alu.greater: (0, False), Alu.less: (0, True), Alu.greater_equal: (1, False),
+                  Alu.less_equal: (1, True), Alu.equal: (2, False), Alu.not_equal: (3, False)}
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _compare(kind, x, y):
+    if kind == 0:
+        return x > y
+    if kind == 1:
+        return x >= y
+    if kind == 2:
+        return x == y
+    return x != y
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _compare_kernel(kind, fp32, a, b, out):
+    """out = 1 / 0 by comparison ``kind`` of :data:`_COMPARE_FORMS` on 5-d views of any strides, the operands as
+    FP32 values (``fp32``: ints rounded as the engines' FP32 conversion does) or as exact integers (integer
+    mode); IEEE: NaN is unequal to everything. Branches stay outside the inner loop, which then vectorizes."""
+    A, B, C, D, E = out.shape
+    for i in range(A):
+        for j in range(B):
+            for k in range(C):
+                for m in range(D):
+                    x, y, o = a[i, j, k, m], b[i, j, k, m], out[i, j, k, m]
+                    if fp32:
+                        for q in range(E):
+                            o[q] = _compare(kind, np.float32(x[q]), np.float32(y[q]))
+                    else:
+                        for q in range(E):
+                            o[q] = _compare(kind, x[q], y[q])
+
+
+_LOOP_INPUTS = frozenset({DType.float32, DType.int32, DType.uint32, DType.int16, DType.uint16, DType.int8,
+                          DType.uint8})  # read by the compare loop as they are (others are widened first)
+
+
+def _loop_input(B: _Binder, ap: AP, widen) -> Callable:
+    """The getter of a compare loop operand: the view itself, or widened by ``widen`` where Numba has no type."""
+    g = B.get(ap)
+    if ap.dtype in _LOOP_INPUTS:
+        return g
+    return lambda h, a, g=g, widen=widen: widen(g(h, a))
+
+
+def _compare_loop(ins: isa.TensorTensor, B: _Binder, fp32: bool) -> Step | None:
+    """A Numba step for a comparison into a numpy-native destination (see :func:`_loopable`), else None."""
+    if not _loopable(ins.dst, ins.a, ins.b):
+        return None
+    kind, swap = _COMPARE_FORMS[ins.op]
+    a, b = (ins.b, ins.a) if swap else (ins.a, ins.b)
+    ga, gb = (_loop_input(B, x, load_f32 if fp32 else _load_exact) for x in (a, b))
+    gd, shape = B.get(ins.dst), ins.dst.shape
+
+    def step(h, ad, ga=ga, gb=gb, gd=gd, fp32=fp32, kind=kind, shape=shape):
+        x, y, out = _loop_views(shape, ga(h, ad), gb(h, ad), gd(h, ad))
+        _compare_kernel(kind, fp32, x, y, out)
+    return step
+
+
+@numba.njit(cache=True, nogil=True)
+def _select_kernel(pred, mask, on_true, on_false, out):
+    """out = on_true where (pred's bits & mask) != 0 else on_false, on 5-d raw views of any strides (``mask``
+    clears a float predicate's sign bit: -0.0 selects on_false, NaN on_true, as ``pred != 0``)."""
+    A, B, C, D, E = out.shape
+    for i in range(A):
+        for j in range(B):
+            for k in range(C):
+                for m in range(D):
+                    p, t, f, o = pred[i, j, k, m], on_true[i, j, k, m], on_false[i, j, k, m], out[i, j, k, m]
+                    for q in range(E):
+                        o[q] = t[q] if p[q] & mask else f[q]
+
+
+def _overlaps(x: AP, y: AP) -> bool:
+    """Whether two on-chip operands may touch a common byte (same space, partitions and byte ranges meet)."""
+    if x.space is not y.space or x.end_partition <= y.start_partition or y.end_partition <= x.start_partition:
+        return False
+    (xl, xh), (yl, yh) = x.byte_range(), y.byte_range()
+    return xl < yh and yl < xh
+
+
+def _select_in_place(ins: isa.Select, B: _Binder, dshape, gd, gt, gf, false_ap) -> Step | None:
+    """A Numba step for a bit-exact select whose destination is each data operand itself or apart from it (an
+    element loop then reads before it writes, as the instruction does); None where numpy's whole-array form
+    is needed (partly overlapping operands, shapes that do not view as 5-d)."""
+    pred = ins.predicate
+    if not _loopable(ins.dst, pred, ins.on_true, *([ins.on_false] if false_ap else [])):
+        return None
+    pdt = pred.dtype
+    gp = B.raw(pred)
+    bits = 8 * pdt.itemsize
+    mask = (1 << (bits - 1)) - 1 if pdt.is_float else (1 << bits) - 1
+    mask = np.array(mask, raw_dtype(pdt.numpy))[()]
+
+    def step(h, a, dshape=dshape, gd=gd, gf=gf, gp=gp, gt=gt, mask=mask, false_ap=false_ap):
+        f = gf(h, a)
+        f = f if false_ap else np.broadcast_to(f, dshape)
+        p, t, f, out = _loop_views(dshape, gp(h, a), gt(h, a), f, gd(h, a))
+        _select_kernel(p, mask, t, f, out)
+    return step
 
 
 def _partition_reduce(ins: isa.PartitionReduce, B: _Binder) -> Step:

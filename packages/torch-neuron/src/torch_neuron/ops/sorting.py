@@ -1,16 +1,15 @@
 """sort (stable or not, either direction, any dim), topk, kthvalue, median, nanmedian and mode on the device.
 
-All of them sort rows with :mod:`.sorting_rank` (a stable rank-by-comparison sort, NaN largest) after
-moving the dim last, then pick positions: topk the first k of the sorted row, kthvalue position k-1,
-median the lower middle (or the first NaN: torch's median is NaN with the NaN's index when a row holds
-one), nanmedian the lower middle of the non-NaN values; mode counts equal values with one more [n, n]
-formula. Where torch's order of ties comes from libstdc++'s unstable algorithms (sort with stable=False,
-topk, mode), the device returns the stable choice for float32/int32, whose values rarely tie, and hands
-dtypes where ties are common (16-bit floats, small ints) to the CPU unless torch's order is stable there
-too (rows of at most 16); a float32/int32 topk whose selected head does hold a tie also takes the CPU's
-answer. kthvalue and median pick the stable index among ties. Rows longer than
-``MAX_ROW``, float64 and other dtypes take the counted CPU path (int64 sorts with stable=True or short rows,
-and its kthvalue/median, run on the device).
+All of them sort rows with :mod:`.sorting_network` (a stable bitonic-network sort, NaN largest) after moving the
+dim last, then pick positions: topk the first k of the sorted row, kthvalue position k-1, median the lower
+middle (or the first NaN: torch's median is NaN with the NaN's index when a row holds one), nanmedian the lower
+middle of the non-NaN values; mode counts equal values with an [n, n] formula. Where torch's order of ties
+comes from libstdc++'s unstable algorithms (sort with stable=False, topk, mode), the device returns the stable
+choice for float32/int32, whose values rarely tie, and hands dtypes where ties are common (16-bit floats, small
+ints) to the CPU unless torch's order is stable there too (rows of at most 16); a float32/int32 topk whose
+selected head does hold a tie also takes the CPU's answer. kthvalue and median pick the stable index among ties.
+Rows longer than the network's ``max_row`` (mode: ``MAX_ROW``), float64 and other dtypes take the counted CPU
+path (int64 sorts with stable=True or short rows, and its kthvalue/median, run on the device).
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ from .launch import run
 from .oncpu import on_cpu
 from .pointwise_expr import formula, inputs, maximum, where
 from .registry import impl
-from .sorting_rank import RANKABLE, blocks, iota, join, sort_rows, sortable, to_int64
+from .sorting_network import SORTABLE, sort_rows, sortable
+from .sorting_rank import MAX_ROW, blocks, iota, join, to_int64
 
 aten = torch.ops.aten
 WIDE_KEYS = (torch.float32, torch.int32)  # dtypes whose values rarely tie
@@ -54,8 +54,8 @@ def unrows(t: torch.Tensor, moved_shape, dim: int) -> torch.Tensor:
 def _sort(x: torch.Tensor, dim: int, descending: bool, op: str = "sort"):
     """(values, int64 indices) of a stable sort of a >= 1-d tensor whose rows are sortable."""
     rows, moved = rows_of(x, dim)
-    values, perm = sort_rows(op, rows, descending)
-    return unrows(values, moved, dim), unrows(to_int64(op, perm), moved, dim)
+    values, perm = sort_rows(op, rows, descending, int64_indices=True)
+    return unrows(values, moved, dim), unrows(perm, moved, dim)
 
 
 def _trivial(x: torch.Tensor):
@@ -66,7 +66,7 @@ def _trivial(x: torch.Tensor):
 def sort_stable(self, *, stable=None, dim=-1, descending=False):
     d = wrap_dim(self, dim)
     if self.numel() == 0 or self.dim() == 0 or self.shape[d] == 1:
-        if self.dtype in RANKABLE:
+        if self.dtype in SORTABLE:
             return _trivial(self)
     n = self.shape[d] if self.dim() else 1
     # stable=False: torch's CPU order of equal values is std::sort's, stable (insertion sort) up to 16
@@ -161,7 +161,7 @@ def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
 
 # -- median / nanmedian ---------------------------------------------------------------------------------
 def _non_nan_count(op: str, rows: torch.Tensor) -> torch.Tensor:
-    """FP32 [B, 1] count of the non-NaN values of each row (exact: rows are at most MAX_ROW long)."""
+    """FP32 [B, 1] count of the non-NaN values of each row (exact: rows are shorter than 2**24)."""
     if not rows.dtype.is_floating_point:  # integers are never NaN
         return torch.full((rows.shape[0], 1), float(rows.shape[1]), device=rows.device)
     ok = ew(op, elementwise.eq, rows, rows)
@@ -247,7 +247,7 @@ def _mode_rows(op: str, rows: torch.Tensor):
         counts.append(run(op, reduce.sum, same, (2,), False)[0])
     count = join(counts, B, n)
     best = run(op, reduce.amax, count, (1,), True)[0]
-    _, perm = sort_rows(op, rows, False, want_values=False)
+    _, perm = sort_rows(op, rows, False)
     sorted_count = run(op, movement.gather, count, 1, perm)[0]
     first = run(op, reduce.argmax, ew(op, elementwise.eq, sorted_count, best), 1, True)[0]  # smallest value
     first = run(op, movement.gather, perm, 1, index32(first, op))[0]
@@ -266,7 +266,7 @@ def mode(self, dim=-1, keepdim=False):
     # torch counts runs after std::sort, whose order of equal values is stable (insertion sort) only up to 16
     # elements: beyond that the index of a tie is unspecified, so dtypes where ties are common go to the CPU.
     # int32 goes there too (the equality counts are FP32 formulas).
-    if self.numel() == 0 or not sortable(self, n) or self.dtype in (torch.int32, torch.int64) \
+    if self.numel() == 0 or not sortable(self, n) or n > MAX_ROW or self.dtype in (torch.int32, torch.int64) \
             or (self.dtype not in WIDE_KEYS and n > 16):
         return on_cpu(aten.mode.default, self, dim, keepdim)
     if self.dim() == 0:

@@ -1,7 +1,7 @@
 """cummax / cummin (``_cummax_helper`` / ``_cummin_helper``), logcumsumexp and cumprod along a dim.
 
 The running extremes and logcumsumexp are prefix reductions over an [B, n, n] matrix masked by j <= i
-(one formula program, one reduce launch: few launches, O(n^2) work, so rows up to ``MAX_ROW``):
+(one formula program, one reduce launch: few launches, O(n^2) work, so rows up to ``SCAN_MAX``):
 - cummax_i = max of x_j, j <= i, NaN propagating; its index is torch's: the last j <= i holding that
   value (torch updates on ``x >= max`` or a NaN), and the value is read back at that index (so a -0.0
   after a 0.0 is torch's -0.0).

@@ -1,6 +1,6 @@
 """unique (``_unique2``, ``_unique``) and unique_consecutive over the flattened tensor.
 
-The values are sorted (:mod:`.sorting_rank`; unique_consecutive keeps the order), a new group starts
+The values are sorted (:mod:`.sorting_network`; unique_consecutive keeps the order), a new group starts
 where a value differs from its predecessor (NaN differs from everything, so each NaN is its own group, as
 torch's), and the group number of each element is the running count of starts. The number of groups is
 read to the host (the output's size depends on the data, as on torch's CPU and CUDA). The output is a
@@ -9,8 +9,8 @@ of group numbers to the elements' original positions, counts a scatter_add of on
 and unique with ``dim=`` (unique_dim) compare whole slices; unique_dim orders them lexicographically as
 torch's comparator does (one [n, n, M] formula, the first ordered column by argmax, a stable rank), up to
 ``CHUNK`` compares. Integers compare exactly: int32 on GpSimd, int64 word by word (the int64 comparison ops
-of :mod:`.pointwise_int64`), so values beyond 32 bits stay apart. float64 takes the counted CPU path, as
-do unique's inputs longer than ``MAX_ROW`` (the sort's limit).
+of :mod:`.pointwise_int64`), so values beyond 32 bits stay apart. float64 takes the counted CPU path, as do
+unique's inputs longer than ``MAX_ROW`` (its group scatters move one element per index).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from .launch import run
 from .oncpu import on_cpu
 from .pointwise_expr import formula, inputs
 from .registry import impl
-from .sorting_rank import CHUNK, RANKABLE, int_compares, iota, positions, sort_rows, sortable, to_int64
+from .sorting_network import SORTABLE, sort_rows, sortable
+from .sorting_rank import CHUNK, MAX_ROW, int_compares, iota, positions, to_int64
 
 aten = torch.ops.aten
 F32 = DType.float32
@@ -93,9 +94,9 @@ def _empty(self, return_inverse: bool, return_counts: bool):
 
 
 def unique2(self, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002
-    if self.numel() == 0 and self.dtype in RANKABLE:
+    if self.numel() == 0 and self.dtype in SORTABLE:
         return _empty(self, return_inverse, return_counts)
-    if not sortable(self, self.numel()):
+    if not sortable(self, self.numel()) or self.numel() > MAX_ROW:
         return on_cpu(aten._unique2.default, self, sorted, return_inverse, return_counts)
     op = "unique"
     values, perm = sort_rows(op, contig(self).reshape(1, -1), False)
@@ -133,7 +134,7 @@ def _consecutive_rows(self, dim: int, return_inverse: bool, return_counts: bool)
 
 
 def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
-    if self.dtype not in RANKABLE or self.numel() >= 2**24:
+    if self.dtype not in SORTABLE or self.numel() >= 2**24:
         return on_cpu(aten.unique_consecutive.default, self, return_inverse, return_counts, dim)
     if self.numel() == 0 and dim is None:
         return _empty(self, return_inverse, return_counts)
@@ -180,7 +181,7 @@ def _lex_perm(op: str, rows: torch.Tensor) -> torch.Tensor:
 
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):  # noqa: A002
     op = "unique_dim"
-    if self.dtype not in RANKABLE or self.dim() == 0:
+    if self.dtype not in SORTABLE or self.dim() == 0:
         return on_cpu(aten.unique_dim.default, self, dim, sorted, return_inverse, return_counts)
     d = dim % self.dim()
     n = self.shape[d]
