@@ -1,0 +1,36 @@
+"""An entry of the fuzz table: the op as a function of a case's tensors and parameters, the strategy that
+draws its cases, and how its results are judged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+
+@dataclass(frozen=True)
+class Op:
+    """``fn(*tensors, **params)`` runs the op (on whichever device its tensors are); ``case(cap)`` draws
+    cases of at most ``cap`` elements per tensor.
+
+    ``tol`` multiplies the dtype tolerance (an op whose result is a long chain of roundings);
+    ``scale(*inputs64, **params)`` gives, per output element, the magnitude its rounding errors are relative
+    to (sum of |terms| for sums and matmuls, where any order of addition is right); ``post(out, inputs,
+    params)`` maps results to what is compared (sort indices to the values they pick: ties make indices
+    ambiguous); ``inplace`` also compares the inputs after the call; ``arbiter`` False for ops whose float64
+    run means something else (casts to a named dtype); ``random``: a disagreement is first checked for
+    the CPU's own results depending on the seed (then the values are not comparable)."""
+
+    name: str
+    fn: Callable
+    case: Callable[[int], st.SearchStrategy]
+    tol: float = 1.0
+    scale: Callable | None = None
+    post: Callable | None = None
+    inplace: bool = False
+    arbiter: bool = True
+    random: bool = False
+
+    def strategy(self, cap: int) -> st.SearchStrategy:
+        return self.case(cap)
