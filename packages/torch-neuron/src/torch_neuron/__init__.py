@@ -42,6 +42,7 @@ from .memory import (  # noqa: E402
     memory_allocated,
     memory_reserved,
     memory_stats,
+    reset_accumulated_memory_stats,
     reset_peak_memory_stats,
 )
 from .metrics import metrics, reset_metrics, top_ops  # noqa: E402
@@ -68,8 +69,9 @@ __all__ = [
     "get_rng_state_all", "host_alias", "init", "initial_seed", "is_autocast_enabled", "is_available",
     "is_bf16_supported", "is_initialized", "is_strict", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats", "metrics",
-    "profiler", "reset_metrics", "reset_peak_memory_stats", "runtime", "seed", "seed_all", "set_device",
-    "set_rng_state", "set_rng_state_all", "set_stream", "set_strict", "stream", "synchronize", "top_ops",
+    "profiler", "reset_accumulated_memory_stats", "reset_metrics", "reset_peak_memory_stats", "runtime", "seed",
+    "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "set_strict", "stream",
+    "synchronize", "top_ops",
 ]
 
 

@@ -91,6 +91,13 @@ class DeviceStats:
             s = getattr(self, name)
             s.peak = s.current
 
+    def reset_accumulated(self) -> None:
+        """As torch.cuda.reset_accumulated_memory_stats: the totals added and removed, and the event counts."""
+        for name in STATS:
+            s = getattr(self, name)
+            s.allocated = s.freed = 0
+        self.ooms = self.retries = self.device_allocs = self.device_frees = 0
+
 
 class Block:
     """A piece of a segment: [address, address + size), allocated or free, with its neighbours in the segment."""
@@ -259,6 +266,9 @@ class CachingAllocator:
 
     def reset_peak(self, device: int) -> None:
         self.stats[device].reset_peak()
+
+    def reset_accumulated(self, device: int) -> None:
+        self.stats[device].reset_accumulated()
 
 
 def _should_split(block: Block, size: int) -> bool:

@@ -35,6 +35,11 @@ def reset_peak_memory_stats(device=None) -> None:
     runtime().allocator.reset_peak(_index(device))
 
 
+def reset_accumulated_memory_stats(device=None) -> None:
+    """Zero the totals (``*.allocated`` / ``*.freed``) and event counts, as torch.cuda's."""
+    runtime().allocator.reset_accumulated(_index(device))
+
+
 def empty_cache() -> None:
     """Return every cached segment with no tensor in it to the device (the driver's HBM), as
     torch.cuda.empty_cache: reserved memory drops to the segments live tensors occupy."""

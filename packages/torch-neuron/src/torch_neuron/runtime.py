@@ -61,6 +61,15 @@ class Runtime:
     def fallback(self, op: str) -> None:
         fallback.on_fallback(op)
 
+    def memory(self, request: str, device: int):
+        """What c10's DeviceAllocator interface (torch.accelerator's memory functions) asks of the allocator."""
+        from . import memory
+
+        answers = {"stats": memory.memory_stats, "reset_peak": memory.reset_peak_memory_stats,
+                   "reset_accumulated": memory.reset_accumulated_memory_stats, "info": memory.mem_get_info,
+                   "empty_cache": lambda device: memory.empty_cache()}
+        return answers[request](device)
+
 
 @functools.cache
 def runtime() -> Runtime:

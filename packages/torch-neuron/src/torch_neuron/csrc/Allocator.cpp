@@ -1,8 +1,10 @@
 // Tensor storage is simulated (or real) HBM: a DataPtr holds the HAL device address itself, so
-// tensor.data_ptr() is the address kernels run on. Caching and statistics are in Python.
+// tensor.data_ptr() is the address kernels run on. Caching and statistics are in Python; the allocator is a
+// c10::DeviceAllocator so device-generic code (torch.accelerator.memory_stats, empty_cache, ...) reaches them.
 #include "Runtime.h"
 
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
 namespace torch_neuron {
@@ -28,7 +30,75 @@ void release(void* ctx) {
   delete block;
 }
 
-struct NeuronAllocator final : c10::Allocator {
+py::object ask(const char* request, c10::DeviceIndex device) {
+  Runtime* rt = runtime();
+  TORCH_CHECK(rt != nullptr, "torch_neuron runtime is not initialized");
+  return rt->memory(request, static_cast<int>(device));
+}
+
+// One statistic of torch.cuda.memory_stats()' dict ("allocated_bytes.all.current", ...) into a c10 Stat.
+void fill(c10::CachingAllocator::Stat& stat, const py::dict& stats, const std::string& name) {
+  auto get = [&](const char* part) -> int64_t {
+    py::str key(name + ".all." + part);
+    return stats.contains(key) ? stats[key].cast<int64_t>() : 0;
+  };
+  stat.current = get("current");
+  stat.peak = get("peak");
+  stat.allocated = get("allocated");
+  stat.freed = get("freed");
+}
+
+int64_t count(const py::dict& stats, const char* name) {
+  return stats.contains(name) ? stats[name].cast<int64_t>() : 0;
+}
+
+struct NeuronAllocator final : c10::DeviceAllocator {
+  bool initialized() override { return runtime() != nullptr; }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    py::gil_scoped_acquire gil;
+    ask("empty_cache", current_device());
+  }
+
+  // Work on every queue of a device runs in submission order (see Guard.cpp), so a block freed after work on
+  // another stream is never reused before that work: nothing to track.
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    py::gil_scoped_acquire gil;
+    py::dict stats = ask("stats", device);
+    c10::CachingDeviceAllocator::DeviceStats out;
+    using Arr = c10::CachingAllocator::StatArray;
+    const std::pair<const char*, Arr*> arrays[] = {
+        {"allocation", &out.allocation}, {"segment", &out.segment}, {"active", &out.active},
+        {"inactive_split", &out.inactive_split}, {"allocated_bytes", &out.allocated_bytes},
+        {"reserved_bytes", &out.reserved_bytes}, {"active_bytes", &out.active_bytes},
+        {"inactive_split_bytes", &out.inactive_split_bytes}, {"requested_bytes", &out.requested_bytes}};
+    for (const auto& [name, array] : arrays) {
+      fill((*array)[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)], stats, name);
+    }
+    out.num_alloc_retries = count(stats, "num_alloc_retries");
+    out.num_ooms = count(stats, "num_ooms");
+    out.num_device_alloc = count(stats, "num_device_alloc");
+    out.num_device_free = count(stats, "num_device_free");
+    return out;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    py::gil_scoped_acquire gil;
+    ask("reset_accumulated", device);
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    py::gil_scoped_acquire gil;
+    ask("reset_peak", device);
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    py::gil_scoped_acquire gil;
+    return ask("info", device).cast<std::pair<size_t, size_t>>();
+  }
+
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = current_device();
     c10::Device where(c10::DeviceType::PrivateUse1, device);

@@ -70,6 +70,16 @@ struct NeuronGuardImpl final : c10::impl::DeviceGuardImplInterface {
     Runtime* rt = runtime();
     return rt == nullptr ? 0 : rt->device_count;
   }
+  // torch.accelerator.get_device_capability: tensors of every dtype live on the device and convert (DMA moves
+  // any bytes; what no engine computes, e.g. float64, takes the counted CPU path), except the quantized ones.
+  c10::DeviceCapability getDeviceCapability(c10::Device /*device*/) const override {
+    c10::DeviceCapability cap;
+    for (auto index : {c10::kIndex_QInt8, c10::kIndex_QUInt8, c10::kIndex_QInt32, c10::kIndex_QUInt4x2,
+                       c10::kIndex_QUInt2x4}) {
+      cap.capability_data.capability_bits &= ~(1ULL << index);
+    }
+    return cap;
+  }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag /*flag*/) const override {

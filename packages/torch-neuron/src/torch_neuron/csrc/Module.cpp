@@ -17,6 +17,7 @@ void init(py::object rt, int device_count) {
   r->timeline = rt.attr("timeline");
   r->synchronize = rt.attr("synchronize");
   r->fallback = rt.attr("fallback");
+  r->memory = rt.attr("memory");
   r->device_count = static_cast<c10::DeviceIndex>(device_count);
   set_runtime(r);
   // Storage freed during interpreter teardown must not call into a dying interpreter.

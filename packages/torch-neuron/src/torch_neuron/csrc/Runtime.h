@@ -16,6 +16,7 @@ struct Runtime {
   py::object timeline;       // (device, stream id) -> device time (ns) when the stream's work completes
   py::object synchronize;    // (device, stream id or -1) -> None
   py::object fallback;       // (operator name) -> None; raises in strict mode
+  py::object memory;         // (request, device) -> the caching allocator's answer (see runtime.Runtime.memory)
   c10::DeviceIndex device_count = 0;
 };
 
