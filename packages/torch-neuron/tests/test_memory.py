@@ -210,3 +210,28 @@ def _check_allocator(a, live: dict) -> None:
     assert _current(a, "allocated_bytes") == allocated and _current(a, "inactive_split_bytes") == inactive
     assert _current(a, "reserved_bytes") == sum(s for _, s, _ in a.segments) == a.driver.memory_stats(0).allocated
     assert _current(a, "requested_bytes") == sum(live.values())
+
+
+def test_accelerator_memory_apis_reach_the_caching_allocator():
+    """torch.accelerator's device-generic memory functions (Accelerate, Transformers and TorchTitan call them)
+    answer from the caching allocator, as torch.neuron's do."""
+    dev = torch.device("neuron", 0)
+    torch.neuron.synchronize()
+    torch.accelerator.reset_peak_memory_stats(dev)
+    base = torch.accelerator.memory_allocated(dev)
+    x = torch.empty(1 << 20, device=dev)
+    assert torch.accelerator.memory_allocated(dev) == torch.neuron.memory_allocated() == base + x.nbytes
+    assert torch.accelerator.max_memory_allocated(dev) >= base + x.nbytes
+    assert torch.accelerator.memory_reserved(dev) == torch.neuron.memory_reserved() >= base + x.nbytes
+    stats = torch.accelerator.memory_stats(dev)
+    assert stats["allocated_bytes.all.current"] == torch.neuron.memory_stats()["allocated_bytes.all.current"]
+    torch.accelerator.reset_accumulated_memory_stats(dev)
+    assert torch.accelerator.memory_stats(dev)["allocated_bytes.all.allocated"] == 0
+    del x
+    torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_reserved(dev) == torch.neuron.memory_reserved()
+    free, total = torch.accelerator.get_memory_info(dev)
+    assert (free, total) == torch.neuron.mem_get_info() and 0 < free <= total
+    dtypes = torch.accelerator.get_device_capability(dev)["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.bool} <= dtypes
+    assert torch.qint8 not in dtypes
