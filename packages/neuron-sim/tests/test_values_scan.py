@@ -2,7 +2,7 @@
 
 - Exact: each instruction's documented FP32 definition (neuron_hal.isa docstrings) re-evaluated here in numpy, one
   partition-vector at a time, every FP32 operation as a float64 operation on FP32 values rounded once to FP32
-  (the correctly rounded FP32 result for + - * / and exact for fmod and comparisons; pow uses numpy's FP32 power),
+  (the correctly rounded FP32 result for + - * / and pow (float64's, rounded once), exact for fmod and comparisons),
   then cast to the destination dtype with numpy / ml_dtypes: bit for bit, any NaN matching any NaN.
 - Meaning: the same results against float64 math (prefix sums, mean, population variance) within the error bounds
   of the FP32 algorithms (recursive summation: n u sum|x|; Welford / Chan: mean n u max|x|, M2 n u sum x^2, since
@@ -155,8 +155,8 @@ def ref_alu(op: Alu, a, b) -> np.ndarray:
             r = np.where(nan, np.nan, np.where(a >= b, a, b))
         elif op is Alu.min:
             r = np.where(nan, np.nan, np.where(a <= b, a, b))
-        elif op is Alu.pow:  # no exactly rounded float64 shortcut: numpy's FP32 power is the reference
-            return np.power(a.astype(F32), b.astype(F32))
+        elif op is Alu.pow:  # the simulator's FP32 pow: the float64 power rounded once
+            r = np.power(a, b)
         elif op is Alu.mod:
             r = np.fmod(a, b)
         elif op is Alu.abs_max:

@@ -342,7 +342,7 @@ _FLOAT_OPS: dict[Alu, Callable] = {
     Alu.divide: np.divide,
     Alu.max: np.maximum,
     Alu.min: np.minimum,
-    Alu.pow: np.power,
+    Alu.pow: lambda a, b: np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),  # see _alu32
     Alu.mod: np.fmod,
     Alu.abs_max: lambda a, b: np.maximum(np.abs(a), np.abs(b)),
     Alu.bypass: lambda a, b: a,
@@ -957,8 +957,11 @@ _ALU32_CODES = {op: k for k, op in enumerate(
 @numba.njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _alu32(op, a, b):
     """One ALU op on FP32 scalars with FP32 result, as :data:`_FLOAT_OPS` computes it on arrays (same IEEE
-    operations, same libm pow and fmod; max/min propagate NaN like np.maximum/np.minimum's loops). Codes: the
-    order of :data:`_ALU32_CODES`. Every branch returns float32, so the caller's state stays FP32."""
+    operations, the same pow (below) and fmod; max/min propagate NaN like np.maximum/np.minimum's loops). Codes: the
+    order of :data:`_ALU32_CODES`. Every branch returns float32, so the caller's state stays FP32. pow is the
+    FP32 rounding of the float64 power in both paths: libm's and numpy's FP32 powers differ in the last bit
+    (numpy's may be a SIMD approximation), and the hardware's rounding is not documented, so the simulator
+    takes the most accurate answer wherever it computes one."""
     one, zero = np.float32(1.0), np.float32(0.0)
     if op == 0:
         return a + b
@@ -973,7 +976,7 @@ def _alu32(op, a, b):
     if op == 5:
         return a if (a <= b or a != a) else b
     if op == 6:
-        return a ** b
+        return np.float32(np.float64(a) ** np.float64(b))
     if op == 7:
         return np.fmod(a, b)
     if op == 8:
