@@ -170,6 +170,29 @@ def test_a_rounded_up_segment_that_does_not_fit_falls_back_to_the_block_size(all
     a.free(0, hold)
 
 
+def test_a_free_arriving_inside_an_allocation_runs_after_it(allocator, monkeypatch):
+    """A garbage collection inside the allocator (at any object it creates) can finalize tensors, whose frees then
+    arrive mid-operation: they wait for it, so a block being split is never merged with a freed neighbour."""
+    from torch_neuron import allocator as module
+
+    a = allocator
+    first, victim, last = a.alloc(0, 4096), a.alloc(0, 4096), a.alloc(0, 4096)
+    a.free(0, last)  # one free block after the victim: the next small request splits it
+    pending, make = [victim], module.Block
+
+    def block_collecting_garbage(*args):  # the split's new block: a collection frees the victim right then
+        while pending:
+            a.free(0, pending.pop())
+        return make(*args)
+
+    monkeypatch.setattr(module, "Block", block_collecting_garbage)
+    x = a.alloc(0, 512)
+    monkeypatch.undo()
+    assert x == last
+    _check_allocator(a, {first: 4096, x: 512})
+    assert a.alloc(0, 4096) == victim  # the victim's block is free, and the rest of the segment after x
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 24 * MiB), st.integers(0, 2**16)), min_size=1, max_size=60))
 def test_random_alloc_free_sequences_keep_segments_tiled_and_statistics_exact(ops):

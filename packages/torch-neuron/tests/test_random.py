@@ -246,6 +246,81 @@ def test_counter_never_wraps_inside_a_call():
     assert not torch.equal(at(2**32 - 30)[:10], block_start[:10])
 
 
+# -- the stream against its host reference, and generation in pieces --------------------------------------
+SEED, OFFSET = 0x123456789ABC, 3 * 2**32 + 1000  # an offset in the generator's fourth 2**32 block
+
+
+def _at_state():
+    torch.neuron.set_rng_state(torch.tensor([SEED, OFFSET], dtype=torch.int64).view(torch.uint8))
+    key = (SEED ^ (SEED >> 32) ^ ((OFFSET >> 32) * 0x9E3779B9)) % 2**32  # ops/random.py: key and counter
+    return key, OFFSET % 2**32
+
+
+def test_rand_is_the_generators_stream_bit_for_bit():
+    from neuron_kernels.library.random import rand_reference
+
+    key, counter = _at_state()
+    got = torch.rand(300, 7, device=DEV).cpu().numpy()
+    assert (got == rand_reference((300, 7), key, counter)).all()
+
+
+def test_randn_is_box_muller_of_the_generators_stream():
+    """normal_ documents z = sqrt(-2 log(1 - u1)) * cos(2 pi u2 - pi), u1 the call's first n values, u2 the next n."""
+    import numpy as np
+
+    from neuron_kernels.library.random import rand_reference
+
+    key, counter = _at_state()
+    n = 5000
+    got = torch.randn(n, device=DEV).cpu().numpy().astype(np.float64)
+    u = rand_reference((2, n), key, counter).astype(np.float64)
+    want = np.sqrt(-2 * np.log(1 - u[0])) * np.cos(2 * np.pi * u[1] - np.pi)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def _random_calls():
+    p = torch.rand(40, 30, device=DEV)
+    return [lambda: torch.randn(3000, 7, device=DEV), lambda: torch.randn(999, device=DEV, dtype=torch.bfloat16),
+            lambda: torch.rand(20001, device=DEV), lambda: torch.empty(20001, device=DEV).uniform_(-2, 5),
+            lambda: torch.empty(5000, device=DEV, dtype=torch.float16).normal_(3, 0.25),
+            lambda: torch.empty(40, 30, device=DEV).bernoulli_(0.3), lambda: torch.bernoulli(p),
+            lambda: torch.empty(40, 30, device=DEV).bernoulli_(p[0]),
+            lambda: torch.randint(-7, 300, (30000,), device=DEV, dtype=torch.int16),
+            lambda: torch.zeros(60, 50, device=DEV).t().normal_()]  # non-contiguous
+
+
+def test_values_do_not_depend_on_the_piece_size(monkeypatch):
+    from torch_neuron.ops import random as ops_random
+
+    calls = _random_calls()
+    torch.neuron.manual_seed(5)
+    whole = [f().cpu() for f in calls]
+    monkeypatch.setattr(ops_random, "TILE", 1000)  # every call in several pieces, the last one partial
+    torch.neuron.manual_seed(5)
+    pieces = [f().cpu() for f in calls]
+    for a, b in zip(whole, pieces):
+        assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: torch.randn(n, device=DEV), lambda n: torch.randn(n, device=DEV, dtype=torch.bfloat16),
+    lambda n: torch.rand(n, device=DEV), lambda n: torch.empty(n, device=DEV).uniform_(-1, 1),
+    lambda n: torch.empty(n, device=DEV).normal_(2, 3), lambda n: torch.empty(n, device=DEV).bernoulli_(0.5),
+    lambda n: torch.randint(0, 10, (n,), device=DEV, dtype=torch.int8),
+    lambda n: torch.randint(0, 10, (n,), device=DEV)], ids=[
+    "randn", "randn-bf16", "rand", "uniform", "normal", "bernoulli", "randint-int8", "randint-int64"])
+def test_random_ops_need_the_output_plus_a_few_pieces_of_device_memory(monkeypatch, make):
+    from torch_neuron.ops import random as ops_random
+
+    monkeypatch.setattr(ops_random, "TILE", 1 << 14)
+    n = 1 << 18  # 16 pieces
+    torch.neuron.reset_peak_memory_stats()
+    base = torch.neuron.memory_allocated()
+    out = make(n)
+    extra = torch.neuron.max_memory_allocated() - base - out.numel() * out.element_size()
+    assert extra <= 8 * ops_random.TILE * 4, extra  # at most eight float32 pieces, whatever the output's size
+
+
 # -- dropout -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.8])

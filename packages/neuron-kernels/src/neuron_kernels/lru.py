@@ -23,7 +23,7 @@ class LRU:
             self.misses += 1
             return default
         self.hits += 1
-        self._entries.move_to_end(key)
+        self._recent(key)
         return value
 
     def touch(self, key) -> None:
@@ -31,7 +31,13 @@ class LRU:
         without looking it up here."""
         if key in self._entries:
             self.hits += 1
+            self._recent(key)
+
+    def _recent(self, key) -> None:
+        try:
             self._entries.move_to_end(key)
+        except KeyError:  # another thread evicted it meanwhile: nothing to keep
+            pass
 
     def __setitem__(self, key, value) -> None:
         self._entries[key] = value
@@ -61,7 +67,10 @@ class LRU:
 
     def _shrink(self) -> None:
         while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+            try:
+                self._entries.popitem(last=False)
+            except KeyError:  # emptied by another thread
+                break
             self.evictions += 1
 
     def stats(self) -> dict[str, int]:

@@ -9,6 +9,9 @@ keeping (at least 512 B in the small pool, more than 1 MiB in the large one): th
 block, and a freed block merges with the free neighbours of its segment. ``empty_cache`` returns every segment with
 nothing allocated in it to the driver; an allocation the driver cannot serve does that and retries once.
 
+Operations are exclusive: other threads wait, and a tensor freed while this thread is inside the allocator (a
+garbage collection run by an allocation of its own) is freed when the operation ends.
+
 Streams: the HAL's emulated drivers complete a program before ``execute`` returns, so a block freed after its last
 use on any stream is idle and may be reused by any stream at once (what CUDA needs ``record_stream`` for). Every
 block is therefore active until freed: ``active_bytes`` equals ``allocated_bytes``.
@@ -21,6 +24,7 @@ bytes in ``requested_bytes``, and counts of allocations, segments and inactive s
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import defaultdict
 
 import torch
@@ -120,9 +124,27 @@ class CachingAllocator:
         self.blocks: dict[int, Block] = {}  # address -> every block, free or allocated
         self.segments: list[tuple[int, int, int]] = []  # sorted (start, size, device) of the driver allocations
         self.stats: dict[int, DeviceStats] = defaultdict(DeviceStats)
+        self._lock = threading.RLock()
+        self._busy = False  # inside an operation: a free arriving now (see ``free``) waits in ``_deferred``
+        self._deferred: list[int] = []
+
+    def _exclusive(self, fn, *args):
+        """``fn(*args)`` with the pools to itself: other threads wait; frees this thread makes meanwhile (a garbage
+        collection inside the operation finalizing tensors) run after it, on consistent pools."""
+        with self._lock:
+            self._busy = True
+            try:
+                return fn(*args)
+            finally:
+                while self._deferred:
+                    self._free(self._deferred.pop())
+                self._busy = False
 
     # -- allocation ------------------------------------------------------------------------------
     def alloc(self, device: int, nbytes: int) -> int:
+        return self._exclusive(self._alloc, device, nbytes)
+
+    def _alloc(self, device: int, nbytes: int) -> int:
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
         block = self._best_fit(device, small, size) or self._segment(device, size, small, nbytes)
@@ -144,7 +166,7 @@ class CachingAllocator:
         if i == len(pool):
             return None
         block = self.blocks[pool[i][1]]
-        self._unfree(block)
+        self._remove_free(block)
         return block
 
     def _segment(self, device: int, size: int, small: bool, nbytes: int) -> Block:
@@ -155,7 +177,7 @@ class CachingAllocator:
         address = self._driver_alloc(device, want)
         if isinstance(address, DeviceOutOfMemoryError):
             self.stats[device].retries += 1
-            self.empty_cache(device)
+            self._empty(device)
             address = self._driver_alloc(device, want)
         if isinstance(address, DeviceOutOfMemoryError) and want > size:
             want, address = size, self._driver_alloc(device, size)
@@ -193,10 +215,17 @@ class CachingAllocator:
             block.next.prev = rest
         block.next, block.size = rest, size
         self.blocks[rest.address] = rest
-        self._free(rest)
+        self._insert_free(rest)
 
     # -- freeing ---------------------------------------------------------------------------------
     def free(self, device: int, address: int) -> None:
+        with self._lock:
+            if self._busy:  # called back from inside an operation of this thread: after it
+                self._deferred.append(address)
+                return
+            self._exclusive(self._free, address)
+
+    def _free(self, address: int) -> None:
         block = self.blocks[address]
         s = self.stats[block.device]
         s.allocation.sub(1)
@@ -208,11 +237,11 @@ class CachingAllocator:
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated:
                 block = self._merge(block, neighbour)
-        self._free(block)
+        self._insert_free(block)
 
     def _merge(self, block: Block, neighbour: Block) -> Block:
         """One free block of ``block`` and its free neighbour (which leaves the pool)."""
-        self._unfree(neighbour)
+        self._remove_free(neighbour)
         first, second = (neighbour, block) if neighbour.next is block else (block, neighbour)
         first.size += second.size
         first.next = second.next
@@ -221,14 +250,14 @@ class CachingAllocator:
         del self.blocks[second.address]
         return first
 
-    def _free(self, block: Block) -> None:
+    def _insert_free(self, block: Block) -> None:
         bisect.insort(self.pools[(block.device, block.small)], (block.size, block.address))
         if block.is_split:
             s = self.stats[block.device]
             s.inactive_split.add(1)
             s.inactive_split_bytes.add(block.size)
 
-    def _unfree(self, block: Block) -> None:
+    def _remove_free(self, block: Block) -> None:
         pool = self.pools[(block.device, block.small)]
         del pool[bisect.bisect_left(pool, (block.size, block.address))]
         if block.is_split:
@@ -238,6 +267,9 @@ class CachingAllocator:
 
     def empty_cache(self, device: int | None = None) -> None:
         """Return every segment with no allocated block (one free block spanning it) to the driver."""
+        self._exclusive(self._empty, device)
+
+    def _empty(self, device: int | None) -> None:
         for (dev, _), pool in list(self.pools.items()):
             if device is not None and dev != device:
                 continue
@@ -245,7 +277,7 @@ class CachingAllocator:
                 self._release(self.blocks[address])
 
     def _release(self, block: Block) -> None:
-        self._unfree(block)
+        self._remove_free(block)
         del self.blocks[block.address]
         del self.segments[bisect.bisect_left(self.segments, (block.address,))]
         self.driver.free(block.device, block.address)

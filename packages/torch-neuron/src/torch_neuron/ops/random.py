@@ -8,12 +8,15 @@ offset's low word, and a call never runs its counters across a 2**32 boundary (i
 block instead), so no two calls of one generator share a (key, counter) pair. Streams are
 reproducible for a seed but differ from CPU's (as CUDA's do).
 
-Float results are made in fp32 and rounded once into the tensor's dtype. normal_ is Box-Muller,
-``sqrt(-2 log(1 - u1)) * cos(2 pi u2 - pi)`` (1 - u1 is in (0, 1]; the cosine argument stays in
-[-pi, pi)). random_ draws a 32-bit word per element and reduces it mod the range (as torch's CPU
-generator does for ranges below 2**32), exactly in the engines' integer mode. Calls the kernels cannot
-serve (float64, ranges of 2**32 or more, ...) run on the CPU with a CPU generator seeded from the same
-reservation, so they stay reproducible too.
+Values are made ``TILE`` elements at a time and written into the tensor piece by piece (``_fill``), so a call
+needs its output and a few pieces of scratch (a randn: six float32 pieces, 24 MiB) rather than several
+output-sized temporaries; each element's counters are those of one kernel over the whole tensor, so the values
+do not depend on the piece size. Float results are made in fp32 and rounded once into the tensor's dtype.
+normal_ is Box-Muller, ``sqrt(-2 log(1 - u1)) * cos(2 pi u2 - pi)`` with u1 the call's first ``numel`` values
+and u2 the next (1 - u1 is in (0, 1]; the cosine argument stays in [-pi, pi)). random_ draws a 32-bit word per
+element and reduces it mod the range (as torch's CPU generator does for ranges below 2**32), exactly in the
+engines' integer mode. Calls the kernels cannot serve (float64, ranges of 2**32 or more, ...) run on the CPU
+with a CPU generator seeded from the same reservation, so they stay reproducible too.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..random import reserve
 from .common import contig, out_variant
 from .compose import FLOATS, ew, same_device, write_outs
 from .copy import to_host, write_contiguous
-from .launch import run
+from .launch import run, run_into
 from .oncpu import on_cpu
 from .registry import impl
 
@@ -60,14 +63,24 @@ def _key(seed: int, offset: int) -> int:
     return (seed ^ (seed >> 32) ^ ((offset // BLOCK) * GOLDEN)) % BLOCK
 
 
-def state(generator, count: int, device: torch.device) -> torch.Tensor:
-    """int32[2] (key, counter) on the device for ``count`` fresh values of ``generator``."""
+def _draws(generator, count: int, device: torch.device) -> tuple[int, int]:
+    """(key, first counter) of ``count`` fresh values of ``generator``: counters first .. first + count - 1."""
     _check_generator(generator, device)
     seed, offset = _reserve(generator, count, device)
-    words = torch.tensor([_key(seed, offset), offset % BLOCK], dtype=torch.int64).to(torch.uint32).view(torch.int32)
+    return _key(seed, offset), offset % BLOCK
+
+
+def _state(key: int, counter: int, device: torch.device) -> torch.Tensor:
+    """int32[2] (key, counter) on the device: the kernels' state for the values from ``counter`` on."""
+    words = torch.tensor([key, counter], dtype=torch.int64).to(torch.uint32).view(torch.int32)
     out = torch.empty(2, dtype=torch.int32, device=device)
     write_contiguous(out, words)
     return out
+
+
+def state(generator, count: int, device: torch.device) -> torch.Tensor:
+    """int32[2] (key, counter) on the device for ``count`` fresh values of ``generator``."""
+    return _state(*_draws(generator, count, device), device)
 
 
 def host_generator(generator, count: int, device: torch.device) -> torch.Generator:
@@ -77,18 +90,40 @@ def host_generator(generator, count: int, device: torch.device) -> torch.Generat
     return torch.Generator().manual_seed((seed * 0x9E3779B97F4A7C15 + offset) % (1 << 63))
 
 
-def _into(self: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    self.copy_(result.view(self.shape))
+# -- generation in pieces ---------------------------------------------------------------------------
+TILE = 1 << 20  # elements made per piece: the scratch of a call is a few pieces' worth, whatever its size
+
+
+def _fill(op: str, self: torch.Tensor, generator, draws: int, piece) -> torch.Tensor:
+    """Fill ``self`` with random values ``TILE`` elements at a time (its row-major order), so a call needs the
+    output and a few pieces of scratch, not several output-sized temporaries. ``piece(dst, start, state)`` writes
+    the values of the elements ``start ..`` into ``dst`` (a contiguous 1-d slice of the output); ``state(r)`` is the
+    kernels' state for them in the call's ``r``-th stream of draws (each element takes ``draws`` values: element
+    ``i`` has counter ``first + r * numel + i`` in stream ``r``, as one kernel over ``(draws, numel)`` gives, so
+    the values do not depend on ``TILE``). A non-contiguous ``self`` is filled through a contiguous copy."""
+    n, device = self.numel(), self.device
+    key, first = _draws(generator, draws * n, device)
+    target = self if self.is_contiguous() else torch.empty(self.shape, dtype=self.dtype, device=device)
+    flat = target.view(-1)
+    for a in range(0, n, TILE):
+        size = min(TILE, n - a)
+        piece(flat[a:a + size], a, lambda r=0, a=a: _state(key, first + r * n + a, device))
+    if target is not self:
+        self.copy_(target)
     return self
+
+
+def _store(op: str, dst: torch.Tensor, t: torch.Tensor) -> None:
+    """A piece's values ``t`` (computed in fp32, int32 or bool) rounded once into ``dst``'s dtype, in place."""
+    run_into([dst], op, movement.copy, t, dst.dtype)
 
 
 def _cast(op: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else run(op, movement.copy, t, dtype)[0]
 
 
-def _uniform01(op: str, shape, generator, device, dtype=torch.float32) -> torch.Tensor:
-    n = math.prod(shape)
-    return run(op, rk.rand, tuple(shape), state(generator, n, device), dtype)[0]
+def _rand(op: str, size: int, state: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    return run(op, rk.rand, (size,), state, dtype)[0]
 
 
 # -- uniform / normal / bernoulli ---------------------------------------------------------------------
@@ -98,11 +133,15 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None):
                       generator=host_generator(generator, self.numel(), self.device))
     if self.numel() == 0:
         return self
-    if (from_, to) == (0.0, 1.0):  # the kernel's own dtype grid: exact, never 1
-        return _into(self, _uniform01("uniform_", self.shape, generator, self.device, self.dtype))
-    u = _uniform01("uniform_", self.shape, generator, self.device)
-    r = ew("uniform_", elementwise.add, float(from_), u, alpha=float(to) - float(from_))
-    return _into(self, _cast("uniform_", r, self.dtype))
+    op, span = "uniform_", float(to) - float(from_)
+
+    def piece(dst, start, state):
+        if (from_, to) == (0.0, 1.0):  # the kernel's own dtype grid: exact, never 1
+            run_into([dst], op, rk.rand, (dst.numel(),), state(), dst.dtype)
+        else:
+            _store(op, dst, ew(op, elementwise.add, float(from_), _rand(op, dst.numel(), state()), alpha=span))
+
+    return _fill(op, self, generator, 1, piece)
 
 
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
@@ -111,14 +150,21 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
                       generator=host_generator(generator, self.numel(), self.device))
     if self.numel() == 0:
         return self
-    op, n = "normal_", self.numel()
-    u = _uniform01(op, (2, n), generator, self.device)
-    radius = ew(op, elementwise.sqrt, ew(op, elementwise.mul, ew(op, elementwise.log,
-                                                                 ew(op, elementwise.sub, 1.0, u[0])), -2.0))
-    angle = ew(op, elementwise.add, -math.pi, u[1], alpha=2 * math.pi)
-    z = ew(op, elementwise.mul, radius, ew(op, elementwise.cos, angle))
-    r = ew(op, elementwise.add, float(mean), z, alpha=float(std))
-    return _into(self, _cast(op, r, self.dtype))
+    op = "normal_"
+
+    def piece(dst, start, state):
+        n = dst.numel()
+        if n == self.numel():  # both streams in one launch: u[r] has counters first + r * n + i
+            u1, u2 = run(op, rk.rand, (2, n), state(0), torch.float32)[0]
+        else:
+            u1, u2 = _rand(op, n, state(0)), _rand(op, n, state(1))
+        radius = ew(op, elementwise.sqrt, ew(op, elementwise.mul, ew(op, elementwise.log,
+                                                                     ew(op, elementwise.sub, 1.0, u1)), -2.0))
+        angle = ew(op, elementwise.add, -math.pi, u2, alpha=2 * math.pi)
+        z = ew(op, elementwise.mul, radius, ew(op, elementwise.cos, angle))
+        _store(op, dst, ew(op, elementwise.add, float(mean), z, alpha=float(std)))
+
+    return _fill(op, self, generator, 2, piece)
 
 
 def _normal_of(op, mean, std, generator):
@@ -168,10 +214,16 @@ def _check_probabilities(op: str, p: torch.Tensor) -> None:
 def _bernoulli_into(op: str, self, p, generator):
     if self.numel() == 0:
         return self
-    if isinstance(p, torch.Tensor) and p.numel():
-        _check_probabilities(op, p)
-    u = _uniform01(op, self.shape, generator, self.device)
-    return _into(self, _cast(op, ew(op, elementwise.lt, u, p), self.dtype))
+    if isinstance(p, torch.Tensor):
+        if p.numel():
+            _check_probabilities(op, p)
+        p = contig(p.expand(self.shape)).view(-1)  # the probability of each element (a copy if p broadcasts)
+
+    def piece(dst, start, state):
+        pk = p[start:start + dst.numel()] if isinstance(p, torch.Tensor) else p
+        _store(op, dst, ew(op, elementwise.lt, _rand(op, dst.numel(), state()), pk))
+
+    return _fill(op, self, generator, 1, piece)
 
 
 def _native(t: torch.Tensor, draws: int | None = None) -> bool:
@@ -230,12 +282,16 @@ def random_from(self, from_, to=None, *, generator=None):
     if self.numel() == 0:
         return self
     op, span = "random_", int(hi) - int(from_)
-    bits = run(op, rk.random_bits, tuple(self.shape), state(generator, self.numel(), self.device))[0]
-    if span < BLOCK:
-        bits = ew(op, elementwise.remainder, bits, span)
-    if from_ % BLOCK:
-        bits = ew(op, elementwise.add, bits, int(from_) % BLOCK)  # uint32 wraps: the int32 bits of the value
-    return _into(self, _cast(op, bits.view(torch.int32), self.dtype))
+
+    def piece(dst, start, state):
+        bits = run(op, rk.random_bits, (dst.numel(),), state())[0]
+        if span < BLOCK:
+            bits = ew(op, elementwise.remainder, bits, span)
+        if from_ % BLOCK:
+            bits = ew(op, elementwise.add, bits, int(from_) % BLOCK)  # uint32 wraps: the int32 bits of the value
+        _store(op, dst, bits.view(torch.int32))
+
+    return _fill(op, self, generator, 1, piece)
 
 
 def random_to(self, to, *, generator=None):
