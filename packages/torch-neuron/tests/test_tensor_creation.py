@@ -1,6 +1,6 @@
 """arange with fractional start/step (dyadic ones exactly; others through double as torch's CPU rounds them),
-eye, and nonzero_static, on the neuron device against PyTorch CPU, bit for bit. (Integral aranges are in
-test_pointwise_misc.py.)"""
+eye, tril_indices/triu_indices, and nonzero_static, on the neuron device against PyTorch CPU, bit for bit.
+(Integral aranges are in test_pointwise_misc.py.)"""
 
 import warnings
 
@@ -149,6 +149,20 @@ def test_eye_out_is_resized_and_keeps_its_strides():
         torch.eye(-1, device=DEV)
     with pytest.raises(RuntimeError, match="m must be greater or equal to 0, got -2"):
         torch.eye(3, -2, device=DEV)
+
+
+@pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices], ids=lambda f: f.__name__)
+def test_tri_indices_match_cpu(fn):
+    """These factories used to recurse without end (their decomposition's meta check called back into it with
+    device='neuron')."""
+    with native():
+        for args in [(4, 5), (4, 5, 1), (4, 5, -2), (0, 3), (300, 7, 2), (3, 3, 10), (3, 3, -10)]:
+            same_bits(fn(*args, device=DEV), fn(*args))
+        same_bits(fn(6, 4, 1, dtype=torch.int32, device=DEV), fn(6, 4, 1, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="row must be non-negative, got-1"):
+        fn(-1, 5, device=DEV)
+    with pytest.raises(NotImplementedError, match="not implemented for 'Float'"):
+        fn(3, 3, dtype=torch.float32, device=DEV)
 
 
 # -- nonzero_static --------------------------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ def _sig(v):
 def _meta(v):
     if isinstance(v, torch.Tensor):
         return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, torch.device):  # a factory's device= (tril_indices): else the call comes back to us
+        return torch.device("meta")
     return v
 
 
@@ -48,6 +50,8 @@ def _standin(v):
         if v.numel() <= _STANDIN_MAX:
             return torch.zeros(v.shape, dtype=v.dtype)
         return torch.zeros((), dtype=v.dtype).expand(v.shape)
+    if isinstance(v, torch.device):
+        return torch.device("cpu")
     return v
 
 

@@ -1,4 +1,5 @@
-"""Copying shape ops: cat, flip, roll, tril/triu, constant_pad_nd (functional, out=, in-place).
+"""Copying shape ops: cat, flip, roll, tril/triu, constant_pad_nd (functional, out=, in-place), and the
+tril_indices/triu_indices factories.
 
 Views (transpose, permute, slice, select, expand, unsqueeze, ...) are metadata in the C++ core and are
 not registered here; ``stack`` (cat of unsqueezed views) and ``repeat`` (a copy of an expanded view) are
@@ -14,7 +15,7 @@ import torch
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import movement
 
-from .checks import constant, full, meta_result, same_device
+from .checks import constant, full, meta_result, same_device, upload
 from .common import contig, run_on_cpu, write_out
 from .copy import storage_span
 from .launch import device_dtype, run
@@ -174,6 +175,21 @@ def _register_tri(name: str, lower: bool) -> None:
 
 _register_tri("tril", True)
 _register_tri("triu", False)
+
+
+def _register_tri_indices(name: str) -> None:
+    factory = getattr(aten, name).default
+
+    @impl(name)
+    def tri_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+        """[2, N] row and column indices of the triangle: a function of the Python ints alone (no device data),
+        made on the host by torch's own kernel (its checks and order) and written to the device in one DMA."""
+        host = factory(row, col, offset, dtype=dtype, layout=layout, pin_memory=pin_memory)
+        return upload(host, device)
+
+
+_register_tri_indices("tril_indices")
+_register_tri_indices("triu_indices")
 
 
 # -- constant_pad_nd ---------------------------------------------------------------------------------
