@@ -64,15 +64,17 @@ class Stat:
     def add(self, n: int) -> None:
         self.current += n
         self.allocated += n
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:
+            self.peak = self.current
 
     def sub(self, n: int) -> None:
         self.current -= n
         self.freed += n
 
 
-STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes", "active_bytes",
-         "inactive_split_bytes", "requested_bytes")
+STATS = ("allocation", "segment", "inactive_split", "allocated_bytes", "reserved_bytes", "inactive_split_bytes",
+         "requested_bytes")
+SAME = {"active": "allocation", "active_bytes": "allocated_bytes"}  # no block waits for a stream (see above)
 
 
 class DeviceStats:
@@ -81,10 +83,30 @@ class DeviceStats:
             setattr(self, name, Stat())
         self.ooms = self.retries = self.device_allocs = self.device_frees = 0
 
+    def on_alloc(self, size: int, requested: int) -> None:
+        """A block of ``size`` bytes handed out for ``requested`` bytes (one call: the allocator's hot path)."""
+        self.allocation.add(1)
+        self.allocated_bytes.add(size)
+        self.requested_bytes.add(requested)
+
+    def on_free(self, size: int, requested: int) -> None:
+        self.allocation.sub(1)
+        self.allocated_bytes.sub(size)
+        self.requested_bytes.sub(requested)
+
+    def on_inactive_split(self, size: int, entering: bool) -> None:
+        """A free block of ``size`` bytes in a partly used segment entering or leaving a pool."""
+        if entering:
+            self.inactive_split.add(1)
+            self.inactive_split_bytes.add(size)
+        else:
+            self.inactive_split.sub(1)
+            self.inactive_split_bytes.sub(size)
+
     def as_dict(self) -> dict[str, int]:
         out = {}
-        for name in STATS:
-            s = getattr(self, name)
+        for name in (*STATS, *SAME):
+            s = getattr(self, SAME.get(name, name))
             out |= {f"{name}.all.current": s.current, f"{name}.all.peak": s.peak,
                     f"{name}.all.allocated": s.allocated, f"{name}.all.freed": s.freed}
         return out | {"num_alloc_retries": self.retries, "num_ooms": self.ooms,
@@ -129,27 +151,34 @@ class CachingAllocator:
             try:
                 return fn(*args)
             finally:
-                while self._deferred:
-                    self._free(self._deferred.pop())
-                self._busy = False
+                self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while self._deferred:
+                self._free(self._deferred.pop())
+        finally:
+            self._busy = False
 
     # -- allocation ------------------------------------------------------------------------------
     def alloc(self, device: int, nbytes: int) -> int:
-        return self._exclusive(self._alloc, device, nbytes)
+        with self._lock:  # _exclusive(self._alloc, ...), inlined: every tensor comes here
+            self._busy = True
+            try:
+                return self._alloc(device, nbytes)
+            finally:
+                self._drain()
 
     def _alloc(self, device: int, nbytes: int) -> int:
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
         block = self._best_fit(device, small, size) or self._segment(device, size, small, nbytes)
-        if _should_split(block, size):
+        # CUDA's rule: split off a remainder of at least a block in the small pool, of more than 1 MiB in the large
+        # one (a smaller remainder stays with the block: large requests of nearly the same size share blocks)
+        if block.size - size >= (MIN_BLOCK if small else SMALL_SIZE + 1):
             self._split(block, size)
         block.allocated, block.requested = True, nbytes
-        s = self.stats[device]
-        s.allocation.add(1)
-        s.active.add(1)
-        s.allocated_bytes.add(block.size)
-        s.active_bytes.add(block.size)
-        s.requested_bytes.add(nbytes)
+        self.stats[device].on_alloc(block.size, nbytes)
         return block.address
 
     def _best_fit(self, device: int, small: bool, size: int) -> Block | None:
@@ -216,16 +245,15 @@ class CachingAllocator:
             if self._busy:  # called back from inside an operation of this thread: after it
                 self._deferred.append(address)
                 return
-            self._exclusive(self._free, address)
+            self._busy = True
+            try:
+                self._free(address)
+            finally:
+                self._drain()
 
     def _free(self, address: int) -> None:
         block = self.blocks[address]
-        s = self.stats[block.device]
-        s.allocation.sub(1)
-        s.active.sub(1)
-        s.allocated_bytes.sub(block.size)
-        s.active_bytes.sub(block.size)
-        s.requested_bytes.sub(block.requested)
+        self.stats[block.device].on_free(block.size, block.requested)
         block.allocated, block.requested = False, 0
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated:
@@ -245,18 +273,14 @@ class CachingAllocator:
 
     def _insert_free(self, block: Block) -> None:
         bisect.insort(self.pools[(block.device, block.small)], (block.size, block.address))
-        if block.is_split:
-            s = self.stats[block.device]
-            s.inactive_split.add(1)
-            s.inactive_split_bytes.add(block.size)
+        if block.prev is not None or block.next is not None:  # is_split
+            self.stats[block.device].on_inactive_split(block.size, True)
 
     def _remove_free(self, block: Block) -> None:
         pool = self.pools[(block.device, block.small)]
         del pool[bisect.bisect_left(pool, (block.size, block.address))]
-        if block.is_split:
-            s = self.stats[block.device]
-            s.inactive_split.sub(1)
-            s.inactive_split_bytes.sub(block.size)
+        if block.prev is not None or block.next is not None:  # is_split
+            self.stats[block.device].on_inactive_split(block.size, False)
 
     def empty_cache(self, device: int | None = None) -> None:
         """Return every segment with no allocated block (one free block spanning it) to the driver."""
@@ -291,13 +315,6 @@ class CachingAllocator:
 
     def reset_peak(self, device: int) -> None:
         self.stats[device].reset_peak()
-
-
-def _should_split(block: Block, size: int) -> bool:
-    """CUDA's rule: split off a remainder of at least a block in the small pool, of more than 1 MiB in the large
-    one (a smaller remainder stays with the block: large requests of nearly the same size share blocks)."""
-    remaining = block.size - size
-    return remaining >= MIN_BLOCK if block.small else remaining > SMALL_SIZE
 
 
 def _fmt(n: int) -> str:
