@@ -1,8 +1,9 @@
 """One fuzz case on neuron and on the CPU, and the verdict.
 
-Results are compared with the output dtype's tolerance (integers and bools exactly). When they disagree and
-the op takes floating inputs, the op computed in float64 on the CPU (from dense copies of the inputs, so a
-layout-dependent CPU path cannot bias it) is the arbiter: the device passes if it is within tolerance of
+Results are compared with the output dtype's tolerance (integers and bools exactly). When they disagree, the
+op computed in float64 on the CPU (from dense copies of the inputs, so a layout-dependent CPU path cannot bias
+it; integer inputs stay integers, exact on the CPU, so there only the layout can make a difference) is the
+arbiter: the device passes if it is within tolerance of
 float64 wherever it disagrees with the CPU, or nearer to it than the CPU there; the case is then recorded as
 "CPU wrong" when the CPU is out of tolerance of float64, "arbitrated" when both are within it.
 
@@ -98,9 +99,15 @@ def _real(t: torch.Tensor) -> torch.Tensor:
 
 def _errors(a: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float, scale=None) -> torch.Tensor:
     """Per element, |a - ref| in units of the tolerance (0 where both are the same non-finite value, inf where
-    only one is non-finite)."""
-    a, ref = _real(a).double(), _real(ref).double()
-    mag = ref.abs() if scale is None else torch.maximum(ref.abs(), _real(scale).double().abs())
+    only one is non-finite); a complex element's error is its larger part's."""
+    if a.is_complex() or ref.is_complex():
+        a, ref = a.to(torch.complex128), ref.to(torch.complex128)
+        return _errors(_real(a), _real(ref), rtol, atol, scale).amax(-1) if a.numel() else a.real.double()
+    a, ref = a.double(), ref.double()
+    mag = ref.abs()
+    if scale is not None:
+        s = _real(scale).double().abs()
+        mag = torch.maximum(mag, s.unsqueeze(-1) if s.dim() < mag.dim() else s)  # |z| bounds both parts of z
     with torch.no_grad():
         err = (a - ref).abs() / (atol + rtol * mag)
     same = (a == ref) | (a.isnan() & ref.isnan())
@@ -180,15 +187,17 @@ def explain(dev, cpu, masks) -> str:
     return ""
 
 
-def _dense64(inputs: list) -> list:
-    """Dense float64 (complex128) copies of the floating tensors of ``inputs``, the others dense copies."""
+def _dense64(inputs: list, ints: bool = False) -> list:
+    """Dense float64 (complex128) copies of the floating tensors of ``inputs`` (and of the integer ones if
+    ``ints``: magnitudes of sums, which int64 would overflow), the others dense copies."""
     def up(t):
         if not isinstance(t, torch.Tensor):
             return t
         t = t.detach().contiguous().clone()
         if t.is_complex():
             return t.to(torch.complex128)
-        return t.double() if t.dtype.is_floating_point else t
+        widen = t.dtype.is_floating_point or ints and t.dtype != torch.bool
+        return t.double() if widen else t
 
     return pytree.tree_map(up, inputs)
 
@@ -287,7 +296,7 @@ def _check_devices(dev, cpu) -> None:
 def _scales(op, cpu_tensors, params, cpu_c):
     if op.scale is None:
         return [None] * len(_leaves(cpu_c))
-    s, err = _call(op.scale, _dense64(cpu_tensors), params)
+    s, err = _call(op.scale, _dense64(cpu_tensors, ints=True), params)
     if err is not None:
         return [None] * len(_leaves(cpu_c))
     leaves = _leaves(s)
@@ -303,11 +312,10 @@ def _judge_values(op, case, cpu_tensors, params, dev_c, cpu_c, fallbacks) -> Ver
     if op.random and _seed_dependent(op, cpu_tensors, params, cpu_c):
         return Verdict("skip", detail="the CPU's own results depend on the seed: values not comparable",
                        fallbacks=fallbacks)
-    floating = any(_is_float(t) for t in _leaves(cpu_tensors))
-    if not (op.arbiter and floating):
+    if not op.arbiter:
         return _fail("mismatch", what, fallbacks)
     ins64 = _dense64(cpu_tensors)
-    ref, err = _call(op.fn, ins64, params)
+    ref, err = _call(op.reference or op.fn, ins64, params)
     if err is not None:
         return _fail("mismatch", what + f" (float64 arbiter raised {describe(err)})", fallbacks)
     ref = (ref, ins64) if op.inplace else ref

@@ -128,4 +128,10 @@ def _attention(q, k, v, mask=None, **p):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **p)
 
 
-ATTENTION = [Op("scaled_dot_product_attention", _attention, _sdpa)]
+def _attention_scale(q, k, v, mask=None, **p):
+    """sum_j p_ij |v_j|: the magnitude the rounding of the weights p (to the inputs' dtype, as flash kernels
+    do before the product with v) is relative to."""
+    return F.scaled_dot_product_attention(q, k, v.abs(), attn_mask=mask, **p)
+
+
+ATTENTION = [Op("scaled_dot_product_attention", _attention, _sdpa, scale=_attention_scale)]

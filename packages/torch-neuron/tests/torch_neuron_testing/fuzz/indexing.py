@@ -23,9 +23,10 @@ ACCUMULATE_DTYPES = NUMERIC
 
 
 def _index(shape, size, distinct=False, cpu=False):
-    """int64 indices of ``shape`` into a dim of ``size`` (distinct along the last dim when asked)."""
-    return tensors(shape, torch.int64, layouts=("contiguous", "transposed", "expanded" if not distinct else
-                                                  "contiguous"), bounds=(0, size), cpu=cpu,
+    """int64 indices of ``shape`` into a dim of ``size``; ``distinct`` along the last dim, dense (the op moves
+    that dim into place, which makes the index non-contiguous: another layout would reorder the values)."""
+    layouts = ("contiguous",) if distinct else ("contiguous", "transposed", "expanded")
+    return tensors(shape, torch.int64, layouts=layouts, bounds=(0, size), cpu=cpu,
                    fill_kinds=("perm",) if distinct else None)
 
 

@@ -20,7 +20,9 @@ class Op:
     params)`` maps results to what is compared (sort indices to the values they pick: ties make indices
     ambiguous); ``inplace`` also compares the inputs after the call; ``arbiter`` False for ops whose float64
     run means something else (casts to a named dtype); ``random``: a disagreement is first checked for
-    the CPU's own results depending on the seed (then the values are not comparable)."""
+    the CPU's own results depending on the seed (then the values are not comparable); ``reference``: the
+    float64 arbiter when the op's own float64 CPU path is not a faithful one (another formula for the same
+    values, e.g. var_mean's mean as torch.mean: the CPU's Welford update makes the mean of [inf, 1] NaN)."""
 
     name: str
     fn: Callable
@@ -31,6 +33,7 @@ class Op:
     inplace: bool = False
     arbiter: bool = True
     random: bool = False
+    reference: Callable | None = None
 
     def strategy(self, cap: int) -> st.SearchStrategy:
         return self.case(cap)

@@ -31,6 +31,10 @@ def _one_dim(ndim):
     return dim(ndim)
 
 
+def _named_dims(ndim):
+    return dims(ndim).map(lambda d: tuple(range(ndim)) if d is None else d)
+
+
 def _dim_or_none(ndim):
     return st.one_of(st.none(), dim(ndim))
 
@@ -108,12 +112,16 @@ REDUCTIONS = [
               over=_dim_or_none, params=KEEP),
     reduction("var", lambda x, dim, **k: torch.var(x, dim, **k), FLOATS, params=CORRECTION),
     reduction("std", lambda x, dim, **k: torch.std(x, dim, **k), FLOATS, params=CORRECTION),
-    reduction("var_mean", lambda x, dim, **k: tuple(torch.var_mean(x, dim, **k)), FLOATS, params=CORRECTION),
-    reduction("std_mean", lambda x, dim, **k: tuple(torch.std_mean(x, dim, **k)), FLOATS, params=CORRECTION),
+    reduction("var_mean", lambda x, dim, **k: tuple(torch.var_mean(x, dim, **k)), FLOATS, params=CORRECTION,
+              reference=lambda x, dim, **k: (torch.var(x, dim, **k), _mean(x, dim, k["keepdim"]))),
+    reduction("std_mean", lambda x, dim, **k: tuple(torch.std_mean(x, dim, **k)), FLOATS, params=CORRECTION,
+              reference=lambda x, dim, **k: (torch.std(x, dim, **k), _mean(x, dim, k["keepdim"]))),
     reduction("vector_norm", lambda x, dim, **k: torch.linalg.vector_norm(x, dim=dim, **k), FLOATS,
               params=NORM_P),
     reduction("norm_fro", lambda x, dim, keepdim: torch.norm(x, dim=dim, keepdim=keepdim), FLOATS, params=KEEP),
-    reduction("logsumexp", lambda x, dim, keepdim: torch.logsumexp(x, _all(dim), keepdim=keepdim), FLOATS, params=KEEP),
+    # named dims only: the CPU raises for logsumexp(x, ()) whatever x (its output is resized to the wrong shape)
+    reduction("logsumexp", lambda x, dim, keepdim: torch.logsumexp(x, dim, keepdim=keepdim), FLOATS,
+              over=_named_dims, params=KEEP),
     reduction("all", lambda x, dim, keepdim: torch.all(x, dim, keepdim=keepdim) if dim is not None
               else torch.all(x), EVERY, over=_dim_or_none, params=KEEP),
     reduction("any", lambda x, dim, keepdim: torch.any(x, dim, keepdim=keepdim) if dim is not None

@@ -96,7 +96,10 @@ def search(ops, cap: int, examples: int, seed_value: int, stats: Stats, exclude:
             if state["first"] is None:
                 stats.excluded[defect] += 1
             return
-        v = compare.run(op, case)
+        try:
+            v = compare.run(op, case)
+        except Exception as e:  # a defect of the fuzzer itself: reported as a class of its own, the run goes on
+            v = compare.Verdict("fail", "harness", compare.describe(e))
         shrinking = state["first"] is not None
         if not shrinking:
             _tally(stats, op, case, v)
