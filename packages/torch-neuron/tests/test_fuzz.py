@@ -61,6 +61,12 @@ def test_harness_accepts_a_device_nearer_to_float64_as_cpu_wrong():
     assert v.status == "cpu_wrong", v
 
 
+def test_harness_records_a_device_nearer_float64_when_both_are_off():
+    def fn(x):  # float64 is exact; the CPU is off by 10%, the device by 5%
+        return x * (1.0 if x.dtype == torch.float64 else 1.05 if _on_neuron(x) else 1.1)
+    assert compare.run(Op("off", fn, None), _case(1.0, 3.0)).status == "nearer"
+
+
 def test_harness_fails_a_device_farther_from_float64_than_the_cpu():
     def fn(x):
         return x * (1.01 if _on_neuron(x) else 1.0)

@@ -5,7 +5,9 @@ op computed in float64 on the CPU (from dense copies of the inputs, so a layout-
 it; integer inputs stay integers, exact on the CPU, so there only the layout can make a difference) is the
 arbiter: the device passes if it is within tolerance of
 float64 wherever it disagrees with the CPU, or nearer to it than the CPU there; the case is then recorded as
-"CPU wrong" when the CPU is out of tolerance of float64, "arbitrated" when both are within it.
+"CPU wrong" when the CPU is out of tolerance of float64, "arbitrated" when both are within it, "nearer" when
+both are out of it (float64 may then be computing another function: a clamp, an overflow float32 hits and
+float64 does not) and the device is the nearer.
 
 Errors: an exception both raise with the same type passes; the device raising where the CPU does not, a
 different type, or an error from the project's own packages (KernelError, HAL errors) or an internal
@@ -38,7 +40,7 @@ TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfl
 
 @dataclass
 class Verdict:
-    status: str  # pass | arbitrated | cpu_wrong | fail | excluded | skip (values not comparable)
+    status: str  # pass | arbitrated | cpu_wrong | nearer | fail | skip (values not comparable)
     kind: str = ""  # for failures: mismatch, internal, device_error, error_mismatch, accepted
     detail: str = ""
     fallbacks: frozenset = frozenset()
@@ -215,9 +217,10 @@ def _leaf_vs_ref(a, r, factor: float, scale) -> torch.Tensor:
 
 
 def arbitrate(dev, cpu, ref64, masks, factor: float, scales) -> str | None:
-    """'cpu_wrong' / 'arbitrated' when float64 vindicates the device on every disagreeing element (within
-    tolerance of it, or nearer to it than the CPU), else None."""
-    cpu_wrong = False
+    """How float64 judges the elements where the device and the CPU disagree: 'arbitrated' (both within
+    tolerance of it), 'cpu_wrong' (the device within tolerance, the CPU not), 'nearer' (both out of
+    tolerance, the device nearer everywhere), or None (the device is wrong)."""
+    outcome = "arbitrated"
     for d, c, r, m, s in zip(_leaves(dev), _leaves(cpu), _leaves(ref64), masks, scales):
         if m is None:
             continue
@@ -227,8 +230,11 @@ def arbitrate(dev, cpu, ref64, masks, factor: float, scales) -> str | None:
         e_dev, e_cpu = _leaf_vs_ref(d, r, factor, s)[m], _leaf_vs_ref(c, r, factor, s)[m]
         if not bool(((e_dev <= 1) | (e_dev < e_cpu)).all()):
             return None
-        cpu_wrong |= bool((e_cpu > 1).any())
-    return "cpu_wrong" if cpu_wrong else "arbitrated"
+        if bool((e_dev > 1).any()):
+            outcome = "nearer"
+        elif bool((e_cpu > 1).any()) and outcome == "arbitrated":
+            outcome = "cpu_wrong"
+    return outcome
 
 
 def _fail(kind: str, detail: str, fallbacks=frozenset()) -> Verdict:

@@ -42,17 +42,20 @@ class Stats:
     counts: dict = field(default_factory=dict)  # op -> Counter of statuses
     failures: dict = field(default_factory=dict)  # class -> Record (minimal case)
     cpu_wrong: dict = field(default_factory=dict)  # class -> Record (smallest case seen)
+    nearer: dict = field(default_factory=dict)  # class -> Record (smallest case seen): both off, the device nearer
     fallbacks: dict = field(default_factory=dict)  # op -> set of aten ops that took the CPU path
     excluded: Counter = field(default_factory=Counter)  # known defect -> cases not run (fast profile)
 
     def count(self, op: str, status: str) -> None:
         self.counts.setdefault(op, Counter())[status] += 1
 
-    def note_cpu_wrong(self, op, case, v) -> None:
+    def note(self, op, case, v) -> None:
+        """Keep the smallest case of each (op, dtype) the float64 arbiter vindicated the device in."""
+        table = self.cpu_wrong if v.status == "cpu_wrong" else self.nearer
         key = (op.name, _first_dtype(case))
-        old = self.cpu_wrong.get(key)
+        old = table.get(key)
         if old is None or numel(case) < numel(old.case):
-            self.cpu_wrong[key] = Record(op.name, case, v)
+            table[key] = Record(op.name, case, v)
 
 
 def _first_dtype(case: Case) -> str:
@@ -130,8 +133,8 @@ def _tally(stats: Stats, op, case: Case, v: compare.Verdict) -> None:
     stats.count(op.name, v.status)
     if v.fallbacks:
         stats.fallbacks.setdefault(op.name, set()).update(v.fallbacks)
-    if v.status == "cpu_wrong":
-        stats.note_cpu_wrong(op, case, v)
+    if v.status in ("cpu_wrong", "nearer"):
+        stats.note(op, case, v)
 
 
 def explore(op, cap: int, seconds: float, seed_value: int, stats: Stats, chunk: int = 10,
