@@ -16,6 +16,7 @@ Python error (NotImplementedError, AssertionError, ...) is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 import warnings
@@ -87,8 +88,14 @@ def device_inputs(case: Case, cpu_inputs: list) -> list:
     """The inputs on neuron, each tensor the same view of a copy of its storage (aliasing kept), sample
     trees moved leaf by leaf; tensors marked ``cpu`` stay on the CPU."""
     memo: dict = {}
-    return [t if isinstance(spec, T) and spec.cpu else tr.to_neuron(t, memo=memo)
+    return [t if isinstance(spec, T) and spec.cpu else tr.to_neuron(t, _placement(spec), memo=memo)
             for spec, t in zip(case.tensors, cpu_inputs)]
+
+
+def _placement(spec):
+    """The input built for the meta device, where a spec can give one: a tensor still on the CPU there is one
+    the op wants on the CPU (tensor_split's indices)."""
+    return spec.placement() if hasattr(spec, "placement") else None
 
 
 def _to_cpu(tree):
@@ -272,7 +279,8 @@ def run(op, case: Case) -> Verdict:
     cpu_in = tr.clone_cpu(cpu_tensors)
     before = tr.fallback_counts()
     torch.manual_seed(SEED)
-    dev_out, dev_err = _call(op.fn, dev_tensors, params)
+    with contextlib.nullcontext() if tr.mentions_neuron(dev_tensors) else tr.NEURON:  # factories: on neuron
+        dev_out, dev_err = _call(op.fn, dev_tensors, params)
     fallbacks = frozenset(tr.fallback_delta(before))
     torch.manual_seed(SEED)
     cpu_out, cpu_err = _call(op.fn, cpu_in, params)
@@ -284,7 +292,7 @@ def run(op, case: Case) -> Verdict:
         dev_res, cpu_res = dev_out, cpu_out
     try:
         _check_devices(dev_out, cpu_out)
-        dev_c, cpu_c = _to_cpu(dev_res), cpu_res
+        dev_c, cpu_c = _to_cpu(dev_res), _to_cpu(cpu_res)  # both rebuilt alike (a torch.Size becomes a tuple)
         if op.post is not None:
             dev_c, cpu_c = op.post(dev_c, cpu_tensors, params), op.post(cpu_c, cpu_tensors, params)
         _structure(dev_c, cpu_c, "output")
@@ -335,11 +343,18 @@ def _judge_values(op, case, cpu_tensors, params, dev_c, cpu_c, fallbacks) -> Ver
 
 
 def _seed_dependent(op, cpu_tensors, params, cpu_c) -> bool:
-    torch.manual_seed(SEED + 1)
-    again, err = _call(op.fn, tr.clone_cpu(cpu_tensors), params)
+    with op.reseed() if op.reseed is not None else _seeded(SEED + 1):
+        again, err = _call(op.fn, tr.clone_cpu(cpu_tensors), params)
+    again = _to_cpu(again)
     if err is None and op.post is not None:
         again = op.post(again, cpu_tensors, params)
     return err is None and not tr.identical(again, cpu_c)
+
+
+@contextlib.contextmanager
+def _seeded(value: int):
+    torch.manual_seed(value)
+    yield
 
 
 def _reference_note(ref, masks) -> str:

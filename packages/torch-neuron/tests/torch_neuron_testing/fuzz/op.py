@@ -34,6 +34,7 @@ class Op:
     arbiter: bool = True
     random: bool = False
     reference: Callable | None = None
+    reseed: Callable | None = None  # a context to run the op under another seed (default: manual_seed)
 
     def strategy(self, cap: int) -> st.SearchStrategy:
         return self.case(cap)

@@ -47,6 +47,12 @@ def _samples(key: str, dtype: torch.dtype) -> tuple:
         return ()
 
 
+@functools.cache
+def _placements(key: str, dtype: torch.dtype) -> list:
+    count = len(_samples(key, dtype))
+    return opinfo._placements(entries(dtype)[key], dtype, count - 1, count) if count else []
+
+
 def _float_leaves(tree) -> list:
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor) and t.dtype.is_floating_point]
 
@@ -72,6 +78,14 @@ class Sample:
                 with torch.no_grad():
                     torch.as_strided(t, (n,), (1,), 0)[pos % n] = value
         return tree + (s.output_process_fn_grad,)
+
+    def placement(self):
+        """The sample built for the meta device (where a tensor stays on the CPU, the op wants it there)."""
+        metas = _placements(self.key, self.dtype)
+        if metas[self.index] is None:
+            return None
+        m = metas[self.index]
+        return (m.input, tuple(m.args), dict(m.kwargs), None)
 
     def __repr__(self) -> str:
         marks = f", marks={literal(self.marks)}" if self.marks else ""
@@ -102,4 +116,5 @@ def ops() -> list[Op]:
     """One Op per op_db entry comparable in any of :data:`DTYPES`."""
     keys = sorted(set().union(*(entries(d) for d in DTYPES)))
     first = {k: next(entries(d)[k] for d in DTYPES if k in entries(d)) for k in keys}
-    return [Op(f"op_db:{k}", _run(first[k]), lambda cap, k=k: _case(k, DTYPES), random=True) for k in keys]
+    return [Op(f"op_db:{k}", _run(first[k]), lambda cap, k=k: _case(k, DTYPES), random=True,
+               reseed=lambda e=first[k]: opinfo._other_seed(e)) for k in keys]
