@@ -116,7 +116,8 @@ def _errors(a: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float, scale=
     mag = ref.abs()
     if scale is not None:
         s = _real(scale).double().abs()
-        mag = torch.maximum(mag, s.unsqueeze(-1) if s.dim() < mag.dim() else s)  # |z| bounds both parts of z
+        # |z| bounds both parts of z; a NaN scale (NaN inputs) leaves |ref|
+        mag = torch.fmax(mag, s.unsqueeze(-1) if s.dim() < mag.dim() else s)
     with torch.no_grad():
         err = (a - ref).abs() / (atol + rtol * mag)
     same = (a == ref) | (a.isnan() & ref.isnan())
@@ -196,17 +197,15 @@ def explain(dev, cpu, masks) -> str:
     return ""
 
 
-def _dense64(inputs: list, ints: bool = False) -> list:
-    """Dense float64 (complex128) copies of the floating tensors of ``inputs`` (and of the integer ones if
-    ``ints``: magnitudes of sums, which int64 would overflow), the others dense copies."""
+def _dense64(inputs: list) -> list:
+    """Dense float64 (complex128) copies of the floating tensors of ``inputs``, the others dense copies."""
     def up(t):
         if not isinstance(t, torch.Tensor):
             return t
         t = t.detach().contiguous().clone()
         if t.is_complex():
             return t.to(torch.complex128)
-        widen = t.dtype.is_floating_point or ints and t.dtype != torch.bool
-        return t.double() if widen else t
+        return t.double() if t.dtype.is_floating_point else t
 
     return pytree.tree_map(up, inputs)
 
@@ -310,7 +309,7 @@ def _check_devices(dev, cpu) -> None:
 def _scales(op, cpu_tensors, params, cpu_c):
     if op.scale is None:
         return [None] * len(_leaves(cpu_c))
-    s, err = _call(op.scale, _dense64(cpu_tensors, ints=True), params)
+    s, err = _call(op.scale, _dense64(cpu_tensors), params)
     if err is not None:
         return [None] * len(_leaves(cpu_c))
     leaves = _leaves(s)
@@ -328,7 +327,7 @@ def _judge_values(op, case, cpu_tensors, params, dev_c, cpu_c, fallbacks) -> Ver
                        fallbacks=fallbacks)
     if not op.arbiter:
         return _fail("mismatch", what, fallbacks)
-    ins64 = _dense64(cpu_tensors)
+    ins64 = _rounded_scalars(_dense64(cpu_tensors), cpu_tensors)
     ref, err = _call(op.reference or op.fn, ins64, params)
     if err is not None:
         return _fail("mismatch", what + f" (float64 arbiter raised {describe(err)})", fallbacks)
@@ -340,6 +339,19 @@ def _judge_values(op, case, cpu_tensors, params, dev_c, cpu_c, fallbacks) -> Ver
     if status is None:
         return _fail("mismatch", what + _reference_note(ref, masks), fallbacks)
     return Verdict(status, detail=what + _reference_note(ref, masks), fallbacks=fallbacks)
+
+
+def _rounded_scalars(ins64: list, inputs: list) -> list:
+    """Python float operands rounded to the dtype the op computes them in (a wrapped scalar takes the
+    tensor's dtype: 1e-45 next to a float16 tensor is 0 there, in float64 too)."""
+    first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+    if first is None:
+        return ins64
+
+    def rounded(v):
+        dt = torch.result_type(first, v)
+        return float(torch.tensor(v, dtype=dt)) if dt.is_floating_point else v
+    return [rounded(v) if isinstance(v, float) else v for v in ins64]
 
 
 def _seed_dependent(op, cpu_tensors, params, cpu_c) -> bool:

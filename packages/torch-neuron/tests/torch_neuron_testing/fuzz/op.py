@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from hypothesis import strategies as st
 
 
@@ -38,3 +39,14 @@ class Op:
 
     def strategy(self, cap: int) -> st.SearchStrategy:
         return self.case(cap)
+
+
+def magnitude(fn: Callable, scalars: tuple[str, ...] = ("alpha", "beta", "value")) -> Callable:
+    """A ``scale`` for ops that add up terms: ``fn`` of the absolute values of the floating inputs and the
+    named scalar parameters, so a result that cancels is judged relative to the terms it summed (integer
+    results are exact: integer inputs, indices among them, stay as they are)."""
+    def scale(*inputs, **params):
+        ins = [t.abs() if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) else t
+               for t in inputs]
+        return fn(*ins, **{k: abs(v) if k in scalars and v is not None else v for k, v in params.items()})
+    return scale

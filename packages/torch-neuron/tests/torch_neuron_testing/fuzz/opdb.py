@@ -112,9 +112,23 @@ def _run(entry):
     return fn
 
 
+def _mean_of_pair(spread):
+    """The float64 arbiter of var_mean / std_mean entries: the spread, and torch.mean over the same dims (the
+    CPU's Welford mean of [inf, 1] is NaN; the mean is inf)."""
+    def fn(*tree):
+        inp, args, kwargs, process = tree[0]
+        dim, keepdim = kwargs.get("dim"), kwargs.get("keepdim", False)
+        return process((spread(inp, *args, **kwargs), torch.mean(inp, dim, keepdim=keepdim)))
+    return fn
+
+
+REFERENCES = {"var_mean": _mean_of_pair(torch.var), "var_mean.unbiased": _mean_of_pair(torch.var),
+              "std_mean": _mean_of_pair(torch.std), "std_mean.unbiased": _mean_of_pair(torch.std)}
+
+
 def ops() -> list[Op]:
     """One Op per op_db entry comparable in any of :data:`DTYPES`."""
     keys = sorted(set().union(*(entries(d) for d in DTYPES)))
     first = {k: next(entries(d)[k] for d in DTYPES if k in entries(d)) for k in keys}
     return [Op(f"op_db:{k}", _run(first[k]), lambda cap, k=k: _case(k, DTYPES), random=True,
-               reseed=lambda e=first[k]: opinfo._other_seed(e)) for k in keys]
+               reseed=lambda e=first[k]: opinfo._other_seed(e), reference=REFERENCES.get(k)) for k in keys]

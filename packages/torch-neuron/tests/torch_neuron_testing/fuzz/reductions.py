@@ -7,7 +7,7 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from .op import Op
+from .op import Op, magnitude
 from .pointwise import EVERY, FLOATS, NUMERIC
 from .spec import Case
 from .strategies import dim, dims, shapes, tensors
@@ -45,17 +45,16 @@ NORM_P = st.fixed_dictionaries({"keepdim": st.booleans(),
                                 "ord": st.sampled_from((2, 1, math.inf, -math.inf, 3, 0, 0.5))})
 
 
-def _abs_of(fn):
-    """The same reduction of |x|: what a sum's rounding errors are relative to."""
-    return lambda x, **p: fn(x.abs(), **p)
-
-
 def _sum(x, dim, keepdim):
-    return torch.sum(x, dim, keepdim=keepdim) if dim is not None else torch.sum(x)
+    return torch.sum(x, dim, keepdim=keepdim)
+
+
+def _sum_float32(x, dim, keepdim):
+    return torch.sum(x, _all(dim), keepdim=keepdim, dtype=torch.float32)
 
 
 def _mean(x, dim, keepdim):
-    return torch.mean(x, dim, keepdim=keepdim) if dim is not None else torch.mean(x)
+    return torch.mean(x, dim, keepdim=keepdim)
 
 
 def _sorted_pick(out, inputs, params):
@@ -85,15 +84,14 @@ def _cum_extreme(name):
 
 
 REDUCTIONS = [
-    reduction("sum", _sum, NUMERIC + (torch.bool, torch.complex64), params=KEEP, scale=_abs_of(_sum)),
-    reduction("sum_dtype", lambda x, dim, keepdim: torch.sum(x, _all(dim), keepdim=keepdim, dtype=torch.float32),
-              FLOATS[:3] + NUMERIC[4:], params=KEEP, scale=lambda x, dim, keepdim: torch.sum(
-                  x.abs(), _all(dim), keepdim=keepdim)),
-    reduction("mean", _mean, FLOATS + (torch.complex64,), params=KEEP, scale=_abs_of(_mean)),
+    reduction("sum", _sum, NUMERIC + (torch.bool, torch.complex64), params=KEEP, scale=magnitude(_sum)),
+    reduction("sum_dtype", _sum_float32, FLOATS[:3] + NUMERIC[4:], params=KEEP,
+              scale=lambda x, dim, keepdim: torch.sum(x.double().abs(), _all(dim), keepdim=keepdim)),
+    reduction("mean", _mean, FLOATS + (torch.complex64,), params=KEEP, scale=magnitude(_mean)),
     reduction("nansum", lambda x, dim, keepdim: torch.nansum(x, dim, keepdim=keepdim), FLOATS, params=KEEP,
-              scale=lambda x, dim, keepdim: torch.nansum(x.abs(), dim, keepdim=keepdim)),
+              scale=magnitude(lambda x, dim, keepdim: torch.nansum(x, dim, keepdim=keepdim))),
     reduction("nanmean", lambda x, dim, keepdim: torch.nanmean(x, dim, keepdim=keepdim), FLOATS, params=KEEP,
-              scale=lambda x, dim, keepdim: torch.nanmean(x.abs(), dim, keepdim=keepdim)),
+              scale=magnitude(lambda x, dim, keepdim: torch.nanmean(x, dim, keepdim=keepdim))),
     reduction("prod", lambda x, dim, keepdim: torch.prod(x, dim, keepdim=keepdim) if dim is not None
               else torch.prod(x), NUMERIC + (torch.bool,), over=_dim_or_none, params=KEEP),
     reduction("amax", lambda x, dim, keepdim: torch.amax(x, _all(dim), keepdim=keepdim), NUMERIC + (torch.bool,),
@@ -128,7 +126,7 @@ REDUCTIONS = [
               else torch.any(x), EVERY, over=_dim_or_none, params=KEEP),
     reduction("count_nonzero", lambda x, dim: torch.count_nonzero(x, dim), EVERY),
     reduction("cumsum", _scan("cumsum"), NUMERIC + (torch.bool,), over=_one_dim,
-              scale=lambda x, dim: torch.cumsum(x.abs(), dim)),
+              scale=magnitude(_scan("cumsum"))),
     reduction("cumprod", _scan("cumprod"), NUMERIC, over=_one_dim),
     reduction("logcumsumexp", _scan("logcumsumexp"), FLOATS, over=_one_dim),
     reduction("cummax", _cum_extreme("cummax"), NUMERIC, over=_one_dim),

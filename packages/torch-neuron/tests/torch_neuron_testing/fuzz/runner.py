@@ -119,8 +119,12 @@ def search(ops, cap: int, examples: int, seed_value: int, stats: Stats, exclude:
     saved, engine.MAX_SHRINKING_SECONDS = engine.MAX_SHRINKING_SECONDS, shrink_seconds  # bounded shrinking
     try:
         test()
-    except (Found, HypothesisException):
+    except Found:
         pass
+    except HypothesisException as e:  # a failure that did not replay (nondeterminism), or the search itself
+        v = compare.Verdict("fail", "search", compare.describe(e))
+        state["first"] = state["first"] or (ops[0].name if len(ops) == 1 else "family", "search", type(e).__name__, "")
+        state["last"] = state["last"] or Record(ops[0].name, Case(()), v)
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
     record = state["last"]
