@@ -1,6 +1,6 @@
 """Sessions: test (every package's tests), lint (ruff), bench (performance figures), demo (the main job), calibrate
 (the simulator against published Trainium measurements), zoo (the Transformers model zoo), torchtitan (TorchTitan's
-debug model on 2 neuron ranks against CPU/gloo)."""
+debug model on 2 neuron ranks against CPU/gloo), fuzz (the long differential fuzzing profile)."""
 
 import os
 
@@ -50,6 +50,17 @@ def opinfo(session):
     updating = "--update-exclusions" in session.posargs
     session.run("pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--timeout", "3600", *DB_TESTS,
                 *session.posargs, env=env, success_codes=[0, 1] if updating else [0])
+
+
+@nox.session(python=PYTHON)
+def fuzz(session):
+    """The long differential fuzzing profile: every op family on neuron against the CPU, float64 arbitrating
+    disagreements, for a time budget split over the families and their ops (`-- --seed N --budget SECONDS`,
+    default seed 1 and 900 s; `--families unary,op_db`, `--ops sort,topk`, `--examples N` cases per search);
+    prints the summary and writes it to docs/fuzz.md. The fast profile is tests/test_fuzz.py in `test`."""
+    install(session, "hypothesis", "pytest", "expecttest")
+    session.run("python", "bench/fuzz.py", *session.posargs,
+                env={"NUMBA_CACHE_DIR": os.path.abspath(".nox/numba-cache"), "TORCH_NEURON_COMPILE_CACHE": "off"})
 
 
 @nox.session(python=PYTHON)

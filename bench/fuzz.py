@@ -5,6 +5,7 @@ writes it to docs/fuzz.md (below the hand-written part).
     python bench/fuzz.py --seed 1 --budget 900              # 15 minutes over every family
     python bench/fuzz.py --families unary,binary --budget 120
     python bench/fuzz.py --ops sort,topk --budget 60 --no-write
+    python bench/fuzz.py --replay "abs_: Case([T((2, 2), torch.float32, layout='overlapping')])"
 """
 
 from __future__ import annotations
@@ -34,13 +35,33 @@ def _args(argv):
     p.add_argument("--ops", default="", help="only these ops (comma-separated names)")
     p.add_argument("--cap", type=int, default=CAP, help="elements per tensor at most")
     p.add_argument("--examples", type=int, default=10, help="cases per search (a new seed each)")
+    p.add_argument("--replay", metavar="REPRODUCER", help="run one reported case ('op: Case(...)') and print "
+                                                           "its verdict")
     p.add_argument("--no-write", action="store_true", help=f"print only; do not rewrite {DOC.relative_to(ROOT)}")
     return p.parse_args(argv)
+
+
+def replay(text: str) -> int:
+    """The verdict of a reproducer line from a summary."""
+    import math
+
+    from torch_neuron_testing.fuzz.opdb import Sample
+    from torch_neuron_testing.fuzz.spec import Case, T
+
+    name, expr = text.split(": Case(", 1)
+    ops = {op.name: op for f in fam.NAMES for op in fam.family(f)} if name.startswith("op_db:") else \
+        {op.name: op for f in fam.FAMILIES.values() for op in f}
+    case = eval("Case(" + expr, {"Case": Case, "T": T, "Sample": Sample, "torch": torch, "math": math})
+    verdict = runner.replay(ops[name], case)
+    print(f"{name}: {verdict.status} {verdict.kind} {verdict.detail}")
+    return 1 if verdict.failed else 0
 
 
 def main(argv=None) -> int:
     args = _args(argv)
     warnings.simplefilter("ignore")
+    if args.replay:
+        return replay(args.replay)
     chosen = [f.strip() for f in args.families.split(",") if f.strip()]
     only = {o.strip() for o in args.ops.split(",") if o.strip()}
     families = {name: [op for op in fam.family(name) if not only or op.name in only] for name in chosen}

@@ -17,8 +17,8 @@ from torch_neuron_testing.fuzz.strategies import shapes, tensors
 
 SEED = 18
 CAP = 4096  # elements per tensor: > 128 partitions and free dims of thousands, at a few ms per case
-EXAMPLES = {"op_db": 30, "sorting": 15, "conv_pool": 20}  # sort is slow on the simulator (known)
-DEFAULT_EXAMPLES = 25
+EXAMPLES = {"op_db": 40, "sorting": 40, "attention": 60}  # sort is slow on the simulator (known)
+DEFAULT_EXAMPLES = 80
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -59,6 +59,12 @@ def test_harness_accepts_a_device_nearer_to_float64_as_cpu_wrong():
         return ((1 + x * 1e-3).bfloat16().float() - 1)
     v = compare.run(Op("cancel", fn, None), _case(1.0, 3.0))
     assert v.status == "cpu_wrong", v
+
+
+def test_harness_records_a_device_nearer_float64_when_both_are_off():
+    def fn(x):  # float64 is exact; the CPU is off by 10%, the device by 5%
+        return x * (1.0 if x.dtype == torch.float64 else 1.05 if _on_neuron(x) else 1.1)
+    assert compare.run(Op("off", fn, None), _case(1.0, 3.0)).status == "nearer"
 
 
 def test_harness_fails_a_device_farther_from_float64_than_the_cpu():

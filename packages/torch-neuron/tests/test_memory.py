@@ -29,6 +29,24 @@ def test_allocation_statistics_are_exact():
     del x
 
 
+def test_memory_stats_have_cudas_keys_and_empty_cache_leaves_what_tensors_use():
+    keep = torch.empty(3 * 2**20, dtype=torch.uint8, device="neuron")  # carved from a 20 MiB segment
+    tmp = [torch.empty(n * 2**20 + 512 * n, dtype=torch.uint8, device="neuron") for n in (2, 5, 11, 1)]
+    del tmp  # cached: whole free segments, and free pieces beside live tensors
+    stats = torch.neuron.memory_stats()
+    for name in ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
+                 "allocation", "segment", "active", "inactive_split"):
+        for kind in ("current", "peak", "allocated", "freed"):
+            assert f"{name}.all.{kind}" in stats
+    assert stats["active_bytes.all.current"] == stats["allocated_bytes.all.current"]
+    torch.neuron.empty_cache()
+    stats = torch.neuron.memory_stats()
+    # every segment left holds a tensor: what is cached is the free rest of those segments
+    assert stats["reserved_bytes.all.current"] == stats["allocated_bytes.all.current"] + \
+        stats["inactive_split_bytes.all.current"]
+    del keep
+
+
 def test_freed_blocks_are_reused():
     a = torch.empty(5000, device="neuron")
     address = a.data_ptr()

@@ -64,15 +64,17 @@ class Stat:
     def add(self, n: int) -> None:
         self.current += n
         self.allocated += n
-        self.peak = max(self.peak, self.current)
+        if self.current > self.peak:
+            self.peak = self.current
 
     def sub(self, n: int) -> None:
         self.current -= n
         self.freed += n
 
 
-STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes", "active_bytes",
-         "inactive_split_bytes", "requested_bytes")
+STATS = ("allocation", "segment", "inactive_split", "allocated_bytes", "reserved_bytes", "inactive_split_bytes",
+         "requested_bytes")
+SAME = {"active": "allocation", "active_bytes": "allocated_bytes"}  # no block waits for a stream (see above)
 
 
 class DeviceStats:
@@ -81,10 +83,46 @@ class DeviceStats:
             setattr(self, name, Stat())
         self.ooms = self.retries = self.device_allocs = self.device_frees = 0
 
+    # the allocator's hot path: every tensor's allocation and free updates these (Stat.add / sub written out)
+    def on_alloc(self, size: int, requested: int) -> None:
+        """A block of ``size`` bytes handed out for ``requested`` bytes (the inactive splits were counted as blocks
+        entered and left the pools; their peaks are taken here, once per operation)."""
+        self._split_peaks()
+        a, b, r = self.allocation, self.allocated_bytes, self.requested_bytes
+        a.current += 1
+        a.allocated += 1
+        b.current += size
+        b.allocated += size
+        r.current += requested
+        r.allocated += requested
+        if b.current > b.peak:
+            b.peak = b.current
+        if a.current > a.peak:
+            a.peak = a.current
+        if r.current > r.peak:
+            r.peak = r.current
+
+    def _split_peaks(self) -> None:
+        n, b = self.inactive_split, self.inactive_split_bytes
+        if b.current > b.peak:
+            b.peak = b.current
+        if n.current > n.peak:
+            n.peak = n.current
+
+    def on_free(self, size: int, requested: int) -> None:
+        self._split_peaks()
+        a, b, r = self.allocation, self.allocated_bytes, self.requested_bytes
+        a.current -= 1
+        a.freed += 1
+        b.current -= size
+        b.freed += size
+        r.current -= requested
+        r.freed += requested
+
     def as_dict(self) -> dict[str, int]:
         out = {}
-        for name in STATS:
-            s = getattr(self, name)
+        for name in (*STATS, *SAME):
+            s = getattr(self, SAME.get(name, name))
             out |= {f"{name}.all.current": s.current, f"{name}.all.peak": s.peak,
                     f"{name}.all.allocated": s.allocated, f"{name}.all.freed": s.freed}
         return out | {"num_alloc_retries": self.retries, "num_ooms": self.ooms,
@@ -106,10 +144,10 @@ class DeviceStats:
 class Block:
     """A piece of a segment: [address, address + size), allocated or free, with its neighbours in the segment."""
 
-    __slots__ = ("device", "address", "size", "requested", "small", "prev", "next", "allocated")
+    __slots__ = ("device", "address", "size", "requested", "pool", "prev", "next", "allocated")
 
-    def __init__(self, device: int, address: int, size: int, small: bool):
-        self.device, self.address, self.size, self.small = device, address, size, small
+    def __init__(self, device: int, address: int, size: int, pool: list):
+        self.device, self.address, self.size, self.pool = device, address, size, pool  # pool: where it goes free
         self.requested, self.prev, self.next, self.allocated = 0, None, None, False
 
     @property
@@ -120,7 +158,8 @@ class Block:
 class CachingAllocator:
     def __init__(self, driver):
         self.driver = driver
-        self.pools: dict[tuple[int, bool], list[tuple[int, int]]] = defaultdict(list)  # (device, small) -> free
+        # free blocks as sorted (size, address) lists: pools[device][small] (large pool first)
+        self.pools: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
         self.blocks: dict[int, Block] = {}  # address -> every block, free or allocated
         self.segments: list[tuple[int, int, int]] = []  # sorted (start, size, device) of the driver allocations
         self.stats: dict[int, DeviceStats] = defaultdict(DeviceStats)
@@ -136,40 +175,47 @@ class CachingAllocator:
             try:
                 return fn(*args)
             finally:
-                while self._deferred:
-                    self._free(self._deferred.pop())
-                self._busy = False
+                self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while self._deferred:
+                self._free(self._deferred.pop())
+        finally:
+            self._busy = False
 
     # -- allocation ------------------------------------------------------------------------------
     def alloc(self, device: int, nbytes: int) -> int:
-        return self._exclusive(self._alloc, device, nbytes)
+        with self._lock:  # _exclusive(self._alloc, ...), inlined: every tensor comes here
+            self._busy = True
+            try:
+                return self._alloc(device, nbytes)
+            finally:
+                if self._deferred:
+                    self._drain()
+                self._busy = False
 
     def _alloc(self, device: int, nbytes: int) -> int:
-        size = round_size(nbytes)
+        size = max(MIN_BLOCK, -(-nbytes // MIN_BLOCK) * MIN_BLOCK)  # round_size, inlined (as below: the hot path)
         small = size <= SMALL_SIZE
-        block = self._best_fit(device, small, size) or self._segment(device, size, small, nbytes)
-        if _should_split(block, size):
-            self._split(block, size)
+        pool = self.pools[device][small]
+        stats = self.stats[device]
+        i = bisect.bisect_left(pool, (size, 0))  # best fit: the smallest free block that holds it (lowest address)
+        if i < len(pool):
+            block = self.blocks[pool.pop(i)[1]]
+            if block.prev is not None or block.next is not None:  # it was an inactive split
+                _inactive_split(stats, -1, block.size)
+        else:
+            block = self._segment(device, size, pool, nbytes)
+        # CUDA's rule: split off a remainder of at least a block in the small pool, of more than 1 MiB in the large
+        # one (a smaller remainder stays with the block: large requests of nearly the same size share blocks)
+        if block.size - size >= (MIN_BLOCK if small else SMALL_SIZE + 1):
+            self._split(block, size, stats)
         block.allocated, block.requested = True, nbytes
-        s = self.stats[device]
-        s.allocation.add(1)
-        s.active.add(1)
-        s.allocated_bytes.add(block.size)
-        s.active_bytes.add(block.size)
-        s.requested_bytes.add(nbytes)
+        stats.on_alloc(block.size, nbytes)
         return block.address
 
-    def _best_fit(self, device: int, small: bool, size: int) -> Block | None:
-        """The smallest cached free block of the pool that holds ``size`` bytes (lowest address among equals)."""
-        pool = self.pools[(device, small)]
-        i = bisect.bisect_left(pool, (size, 0))
-        if i == len(pool):
-            return None
-        block = self.blocks[pool[i][1]]
-        self._remove_free(block)
-        return block
-
-    def _segment(self, device: int, size: int, small: bool, nbytes: int) -> Block:
+    def _segment(self, device: int, size: int, pool: list, nbytes: int) -> Block:
         """A new segment holding a block of ``size`` bytes. When the driver cannot serve it, the cached segments go
         back to the driver and it is retried; a rounded-up segment that still does not fit gives way to one of
         the block's size; that not fitting either is torch's out-of-memory error."""
@@ -184,7 +230,7 @@ class CachingAllocator:
         if isinstance(address, DeviceOutOfMemoryError):
             self._raise_oom(device, nbytes, address)
         bisect.insort(self.segments, (address, want, device))
-        block = self.blocks[address] = Block(device, address, want, small)
+        block = self.blocks[address] = Block(device, address, want, pool)
         s = self.stats[device]
         s.segment.add(1)
         s.reserved_bytes.add(want)
@@ -208,14 +254,15 @@ class CachingAllocator:
             f"Lower the batch size, free tensors, or raise NEURON_SIM_HBM_BYTES on the simulator."
         ) from None
 
-    def _split(self, block: Block, size: int) -> None:
-        rest = Block(block.device, block.address + size, block.size - size, block.small)
+    def _split(self, block: Block, size: int, stats: DeviceStats) -> None:
+        rest = Block(block.device, block.address + size, block.size - size, block.pool)
         rest.prev, rest.next = block, block.next
         if block.next is not None:
             block.next.prev = rest
         block.next, block.size = rest, size
         self.blocks[rest.address] = rest
-        self._insert_free(rest)
+        bisect.insort(rest.pool, (rest.size, rest.address))  # _insert_free: rest is an inactive split
+        _inactive_split(stats, 1, rest.size)
 
     # -- freeing ---------------------------------------------------------------------------------
     def free(self, device: int, address: int) -> None:
@@ -223,58 +270,50 @@ class CachingAllocator:
             if self._busy:  # called back from inside an operation of this thread: after it
                 self._deferred.append(address)
                 return
-            self._exclusive(self._free, address)
+            self._busy = True
+            try:
+                self._free(address)
+            finally:
+                if self._deferred:
+                    self._drain()
+                self._busy = False
 
     def _free(self, address: int) -> None:
         block = self.blocks[address]
-        s = self.stats[block.device]
-        s.allocation.sub(1)
-        s.active.sub(1)
-        s.allocated_bytes.sub(block.size)
-        s.active_bytes.sub(block.size)
-        s.requested_bytes.sub(block.requested)
+        stats, size, requested = self.stats[block.device], block.size, block.requested
         block.allocated, block.requested = False, 0
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated:
-                block = self._merge(block, neighbour)
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:
+            self._remove_free(before)
+            block = _merge(before, block, self.blocks)
+        if after is not None and not after.allocated:
+            self._remove_free(after)
+            block = _merge(block, after, self.blocks)
         self._insert_free(block)
-
-    def _merge(self, block: Block, neighbour: Block) -> Block:
-        """One free block of ``block`` and its free neighbour (which leaves the pool)."""
-        self._remove_free(neighbour)
-        first, second = (neighbour, block) if neighbour.next is block else (block, neighbour)
-        first.size += second.size
-        first.next = second.next
-        if second.next is not None:
-            second.next.prev = first
-        del self.blocks[second.address]
-        return first
+        stats.on_free(size, requested)
 
     def _insert_free(self, block: Block) -> None:
-        bisect.insort(self.pools[(block.device, block.small)], (block.size, block.address))
-        if block.is_split:
-            s = self.stats[block.device]
-            s.inactive_split.add(1)
-            s.inactive_split_bytes.add(block.size)
+        bisect.insort(block.pool, (block.size, block.address))
+        if block.prev is not None or block.next is not None:  # is_split
+            _inactive_split(self.stats[block.device], 1, block.size)
 
     def _remove_free(self, block: Block) -> None:
-        pool = self.pools[(block.device, block.small)]
+        pool = block.pool
         del pool[bisect.bisect_left(pool, (block.size, block.address))]
-        if block.is_split:
-            s = self.stats[block.device]
-            s.inactive_split.sub(1)
-            s.inactive_split_bytes.sub(block.size)
+        if block.prev is not None or block.next is not None:  # is_split
+            _inactive_split(self.stats[block.device], -1, block.size)
 
     def empty_cache(self, device: int | None = None) -> None:
         """Return every segment with no allocated block (one free block spanning it) to the driver."""
         self._exclusive(self._empty, device)
 
     def _empty(self, device: int | None) -> None:
-        for (dev, _), pool in list(self.pools.items()):
+        for dev, pools in list(self.pools.items()):
             if device is not None and dev != device:
                 continue
-            for _, address in [entry for entry in pool if not self.blocks[entry[1]].is_split]:
-                self._release(self.blocks[address])
+            for pool in pools:
+                for _, address in [entry for entry in pool if not self.blocks[entry[1]].is_split]:
+                    self._release(self.blocks[address])
 
     def _release(self, block: Block) -> None:
         self._remove_free(block)
@@ -303,11 +342,28 @@ class CachingAllocator:
         self.stats[device].reset_accumulated()
 
 
-def _should_split(block: Block, size: int) -> bool:
-    """CUDA's rule: split off a remainder of at least a block in the small pool, of more than 1 MiB in the large
-    one (a smaller remainder stays with the block: large requests of nearly the same size share blocks)."""
-    remaining = block.size - size
-    return remaining >= MIN_BLOCK if block.small else remaining > SMALL_SIZE
+def _inactive_split(stats: DeviceStats, n: int, size: int) -> None:
+    """A free block of ``size`` bytes in a partly used segment entering (n = 1) or leaving (n = -1) a pool; the
+    peaks are taken once per operation (DeviceStats.on_alloc / on_free)."""
+    count, nbytes = stats.inactive_split, stats.inactive_split_bytes
+    count.current += n
+    nbytes.current += n * size
+    if n > 0:
+        count.allocated += 1
+        nbytes.allocated += size
+    else:
+        count.freed += 1
+        nbytes.freed += size
+
+
+def _merge(first: Block, second: Block, blocks: dict) -> Block:
+    """One free block of two free neighbours of a segment, ``first`` before ``second`` (neither in a pool)."""
+    first.size += second.size
+    first.next = second.next
+    if second.next is not None:
+        second.next.prev = first
+    del blocks[second.address]
+    return first
 
 
 def _fmt(n: int) -> str:

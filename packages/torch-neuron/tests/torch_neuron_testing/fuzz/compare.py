@@ -1,10 +1,13 @@
 """One fuzz case on neuron and on the CPU, and the verdict.
 
-Results are compared with the output dtype's tolerance (integers and bools exactly). When they disagree and
-the op takes floating inputs, the op computed in float64 on the CPU (from dense copies of the inputs, so a
-layout-dependent CPU path cannot bias it) is the arbiter: the device passes if it is within tolerance of
+Results are compared with the output dtype's tolerance (integers and bools exactly). When they disagree, the
+op computed in float64 on the CPU (from dense copies of the inputs, so a layout-dependent CPU path cannot bias
+it; integer inputs stay integers, exact on the CPU, so there only the layout can make a difference) is the
+arbiter: the device passes if it is within tolerance of
 float64 wherever it disagrees with the CPU, or nearer to it than the CPU there; the case is then recorded as
-"CPU wrong" when the CPU is out of tolerance of float64, "arbitrated" when both are within it.
+"CPU wrong" when the CPU is out of tolerance of float64, "arbitrated" when both are within it, "nearer" when
+both are out of it (float64 may then be computing another function: a clamp, an overflow float32 hits and
+float64 does not) and the device is the nearer.
 
 Errors: an exception both raise with the same type passes; the device raising where the CPU does not, a
 different type, or an error from the project's own packages (KernelError, HAL errors) or an internal
@@ -13,6 +16,7 @@ Python error (NotImplementedError, AssertionError, ...) is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import traceback
 import warnings
@@ -37,7 +41,7 @@ TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfl
 
 @dataclass
 class Verdict:
-    status: str  # pass | arbitrated | cpu_wrong | fail | excluded | skip (values not comparable)
+    status: str  # pass | arbitrated | cpu_wrong | nearer | fail | skip (values not comparable)
     kind: str = ""  # for failures: mismatch, internal, device_error, error_mismatch, accepted
     detail: str = ""
     fallbacks: frozenset = frozenset()
@@ -84,8 +88,14 @@ def device_inputs(case: Case, cpu_inputs: list) -> list:
     """The inputs on neuron, each tensor the same view of a copy of its storage (aliasing kept), sample
     trees moved leaf by leaf; tensors marked ``cpu`` stay on the CPU."""
     memo: dict = {}
-    return [t if isinstance(spec, T) and spec.cpu else tr.to_neuron(t, memo=memo)
+    return [t if isinstance(spec, T) and spec.cpu else tr.to_neuron(t, _placement(spec), memo=memo)
             for spec, t in zip(case.tensors, cpu_inputs)]
+
+
+def _placement(spec):
+    """The input built for the meta device, where a spec can give one: a tensor still on the CPU there is one
+    the op wants on the CPU (tensor_split's indices)."""
+    return spec.placement() if hasattr(spec, "placement") else None
 
 
 def _to_cpu(tree):
@@ -98,9 +108,16 @@ def _real(t: torch.Tensor) -> torch.Tensor:
 
 def _errors(a: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float, scale=None) -> torch.Tensor:
     """Per element, |a - ref| in units of the tolerance (0 where both are the same non-finite value, inf where
-    only one is non-finite)."""
-    a, ref = _real(a).double(), _real(ref).double()
-    mag = ref.abs() if scale is None else torch.maximum(ref.abs(), _real(scale).double().abs())
+    only one is non-finite); a complex element's error is its larger part's."""
+    if a.is_complex() or ref.is_complex():
+        a, ref = a.to(torch.complex128), ref.to(torch.complex128)
+        return _errors(_real(a), _real(ref), rtol, atol, scale).amax(-1) if a.numel() else a.real.double()
+    a, ref = a.double(), ref.double()
+    mag = ref.abs()
+    if scale is not None:
+        s = _real(scale).double().abs()
+        # |z| bounds both parts of z; a NaN scale (NaN inputs) leaves |ref|
+        mag = torch.fmax(mag, s.unsqueeze(-1) if s.dim() < mag.dim() else s)
     with torch.no_grad():
         err = (a - ref).abs() / (atol + rtol * mag)
     same = (a == ref) | (a.isnan() & ref.isnan())
@@ -206,9 +223,10 @@ def _leaf_vs_ref(a, r, factor: float, scale) -> torch.Tensor:
 
 
 def arbitrate(dev, cpu, ref64, masks, factor: float, scales) -> str | None:
-    """'cpu_wrong' / 'arbitrated' when float64 vindicates the device on every disagreeing element (within
-    tolerance of it, or nearer to it than the CPU), else None."""
-    cpu_wrong = False
+    """How float64 judges the elements where the device and the CPU disagree: 'arbitrated' (both within
+    tolerance of it), 'cpu_wrong' (the device within tolerance, the CPU not), 'nearer' (both out of
+    tolerance, the device nearer everywhere), or None (the device is wrong)."""
+    outcome = "arbitrated"
     for d, c, r, m, s in zip(_leaves(dev), _leaves(cpu), _leaves(ref64), masks, scales):
         if m is None:
             continue
@@ -218,8 +236,11 @@ def arbitrate(dev, cpu, ref64, masks, factor: float, scales) -> str | None:
         e_dev, e_cpu = _leaf_vs_ref(d, r, factor, s)[m], _leaf_vs_ref(c, r, factor, s)[m]
         if not bool(((e_dev <= 1) | (e_dev < e_cpu)).all()):
             return None
-        cpu_wrong |= bool((e_cpu > 1).any())
-    return "cpu_wrong" if cpu_wrong else "arbitrated"
+        if bool((e_dev > 1).any()):
+            outcome = "nearer"
+        elif bool((e_cpu > 1).any()) and outcome == "arbitrated":
+            outcome = "cpu_wrong"
+    return outcome
 
 
 def _fail(kind: str, detail: str, fallbacks=frozenset()) -> Verdict:
@@ -257,7 +278,8 @@ def run(op, case: Case) -> Verdict:
     cpu_in = tr.clone_cpu(cpu_tensors)
     before = tr.fallback_counts()
     torch.manual_seed(SEED)
-    dev_out, dev_err = _call(op.fn, dev_tensors, params)
+    with contextlib.nullcontext() if tr.mentions_neuron(dev_tensors) else tr.NEURON:  # factories: on neuron
+        dev_out, dev_err = _call(op.fn, dev_tensors, params)
     fallbacks = frozenset(tr.fallback_delta(before))
     torch.manual_seed(SEED)
     cpu_out, cpu_err = _call(op.fn, cpu_in, params)
@@ -269,7 +291,7 @@ def run(op, case: Case) -> Verdict:
         dev_res, cpu_res = dev_out, cpu_out
     try:
         _check_devices(dev_out, cpu_out)
-        dev_c, cpu_c = _to_cpu(dev_res), cpu_res
+        dev_c, cpu_c = _to_cpu(dev_res), _to_cpu(cpu_res)  # both rebuilt alike (a torch.Size becomes a tuple)
         if op.post is not None:
             dev_c, cpu_c = op.post(dev_c, cpu_tensors, params), op.post(cpu_c, cpu_tensors, params)
         _structure(dev_c, cpu_c, "output")
@@ -303,11 +325,10 @@ def _judge_values(op, case, cpu_tensors, params, dev_c, cpu_c, fallbacks) -> Ver
     if op.random and _seed_dependent(op, cpu_tensors, params, cpu_c):
         return Verdict("skip", detail="the CPU's own results depend on the seed: values not comparable",
                        fallbacks=fallbacks)
-    floating = any(_is_float(t) for t in _leaves(cpu_tensors))
-    if not (op.arbiter and floating):
+    if not op.arbiter:
         return _fail("mismatch", what, fallbacks)
-    ins64 = _dense64(cpu_tensors)
-    ref, err = _call(op.fn, ins64, params)
+    ins64 = _rounded_scalars(_dense64(cpu_tensors), cpu_tensors)
+    ref, err = _call(op.reference or op.fn, ins64, params)
     if err is not None:
         return _fail("mismatch", what + f" (float64 arbiter raised {describe(err)})", fallbacks)
     ref = (ref, ins64) if op.inplace else ref
@@ -320,12 +341,32 @@ def _judge_values(op, case, cpu_tensors, params, dev_c, cpu_c, fallbacks) -> Ver
     return Verdict(status, detail=what + _reference_note(ref, masks), fallbacks=fallbacks)
 
 
+def _rounded_scalars(ins64: list, inputs: list) -> list:
+    """Python float operands rounded to the dtype the op computes them in (a wrapped scalar takes the
+    tensor's dtype: 1e-45 next to a float16 tensor is 0 there, in float64 too)."""
+    first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+    if first is None:
+        return ins64
+
+    def rounded(v):
+        dt = torch.result_type(first, v)
+        return float(torch.tensor(v, dtype=dt)) if dt.is_floating_point else v
+    return [rounded(v) if isinstance(v, float) else v for v in ins64]
+
+
 def _seed_dependent(op, cpu_tensors, params, cpu_c) -> bool:
-    torch.manual_seed(SEED + 1)
-    again, err = _call(op.fn, tr.clone_cpu(cpu_tensors), params)
+    with op.reseed() if op.reseed is not None else _seeded(SEED + 1):
+        again, err = _call(op.fn, tr.clone_cpu(cpu_tensors), params)
+    again = _to_cpu(again)
     if err is None and op.post is not None:
         again = op.post(again, cpu_tensors, params)
     return err is None and not tr.identical(again, cpu_c)
+
+
+@contextlib.contextmanager
+def _seeded(value: int):
+    torch.manual_seed(value)
+    yield
 
 
 def _reference_note(ref, masks) -> str:

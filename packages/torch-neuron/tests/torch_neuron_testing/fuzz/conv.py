@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from .op import Op
+from .op import Op, magnitude
 from .spec import Case
 from .strategies import tensors
 
@@ -50,12 +50,8 @@ def _conv_fn(fn):
     return lambda x, w, b=None, **p: fn(x, w, b, **p)
 
 
-def _conv_scale(fn):
-    return lambda x, w, b=None, **p: fn(x.abs(), w.abs(), None if b is None else b.abs(), **p)
-
-
 def _conv_op(name, fn, nd, transposed):
-    return Op(name, _conv_fn(fn), lambda cap: _conv(cap, nd, transposed), scale=_conv_scale(fn))
+    return Op(name, _conv_fn(fn), lambda cap: _conv(cap, nd, transposed), scale=magnitude(_conv_fn(fn)))
 
 
 @st.composite
@@ -128,4 +124,10 @@ def _attention(q, k, v, mask=None, **p):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **p)
 
 
-ATTENTION = [Op("scaled_dot_product_attention", _attention, _sdpa)]
+def _attention_scale(q, k, v, mask=None, **p):
+    """sum_j p_ij |v_j|: the magnitude the rounding of the weights p (to the inputs' dtype, as flash kernels
+    do before the product with v) is relative to."""
+    return F.scaled_dot_product_attention(q, k, v.abs(), attn_mask=mask, **p)
+
+
+ATTENTION = [Op("scaled_dot_product_attention", _attention, _sdpa, scale=_attention_scale)]

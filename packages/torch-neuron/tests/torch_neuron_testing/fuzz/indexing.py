@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from .op import Op
+from .op import Op, magnitude
 from .pointwise import EVERY, FLOATS, NUMERIC
 from .spec import Case
 from .strategies import dim, shapes, tensors
@@ -23,9 +23,10 @@ ACCUMULATE_DTYPES = NUMERIC
 
 
 def _index(shape, size, distinct=False, cpu=False):
-    """int64 indices of ``shape`` into a dim of ``size`` (distinct along the last dim when asked)."""
-    return tensors(shape, torch.int64, layouts=("contiguous", "transposed", "expanded" if not distinct else
-                                                  "contiguous"), bounds=(0, size), cpu=cpu,
+    """int64 indices of ``shape`` into a dim of ``size``; ``distinct`` along the last dim, dense (the op moves
+    that dim into place, which makes the index non-contiguous: another layout would reorder the values)."""
+    layouts = ("contiguous",) if distinct else ("contiguous", "transposed", "expanded")
+    return tensors(shape, torch.int64, layouts=layouts, bounds=(0, size), cpu=cpu,
                    fill_kinds=("perm",) if distinct else None)
 
 
@@ -92,6 +93,10 @@ def _select(draw, cap, dtypes, distinct, with_src, with_value=False):
     if with_value:
         p["alpha"] = draw(st.sampled_from((1, 2, -1)))
     return Case(ts, p)
+
+
+def _index_add(x, i, s, dim, alpha):
+    return x.index_add(dim, i, s, alpha=alpha)
 
 
 @st.composite
@@ -187,18 +192,20 @@ INDEXING = [
     Op("gather", _gather, lambda cap: _along(cap, GATHER_DTYPES, False, False)),
     Op("scatter", _scatter, lambda cap: _along(cap, GATHER_DTYPES, True, True)),
     Op("scatter_value", _scatter_value, lambda cap: _along(cap, NUMERIC, True, False)),
-    Op("scatter_add", _scatter_add, lambda cap: _along(cap, ACCUMULATE_DTYPES, False, True)),
+    Op("scatter_add", _scatter_add, lambda cap: _along(cap, ACCUMULATE_DTYPES, False, True),
+       scale=magnitude(_scatter_add)),
     *[Op(f"scatter_reduce_{r}{'' if inc else '_exclude_self'}", _scatter_reduce(r, inc),
-         lambda cap: _along(cap, ACCUMULATE_DTYPES, False, True))
+         lambda cap: _along(cap, ACCUMULATE_DTYPES, False, True),
+         scale=magnitude(_scatter_reduce(r, inc)) if r in ("sum", "mean") else None)
       for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)],
     Op("index_select", lambda x, i, dim: torch.index_select(x, dim, i),
        lambda cap: _select(cap, GATHER_DTYPES, False, False)),
-    Op("index_add", lambda x, i, s, dim, alpha: x.index_add(dim, i, s, alpha=alpha),
-       lambda cap: _select(cap, ACCUMULATE_DTYPES, False, True, with_value=True)),
+    Op("index_add", _index_add, lambda cap: _select(cap, ACCUMULATE_DTYPES, False, True, with_value=True),
+       scale=magnitude(_index_add)),
     Op("index_copy", lambda x, i, s, dim: x.index_copy(dim, i, s), lambda cap: _select(cap, GATHER_DTYPES, True, True)),
     Op("index_fill", lambda x, i, dim: x.index_fill(dim, i, -2), lambda cap: _select(cap, NUMERIC, False, False)),
     Op("index_put", _put, lambda cap: _index_put(cap, GATHER_DTYPES, False)),
-    Op("index_put_accumulate", _put, lambda cap: _index_put(cap, ACCUMULATE_DTYPES, True)),
+    Op("index_put_accumulate", _put, lambda cap: _index_put(cap, ACCUMULATE_DTYPES, True), scale=magnitude(_put)),
     Op("getitem", _get, lambda cap: _getitem(cap, GATHER_DTYPES)),
     Op("masked_fill", _masked_fill, lambda cap: _masked(cap, GATHER_DTYPES, False)),
     Op("masked_select", torch.masked_select, lambda cap: _masked(cap, GATHER_DTYPES, False)),

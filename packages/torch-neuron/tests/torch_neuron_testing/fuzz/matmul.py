@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from .op import Op
+from .op import Op, magnitude
 from .spec import Case
 from .strategies import SIZES, tensors
 
@@ -61,12 +61,8 @@ def _linear(draw, cap):
     return Case((x, draw(tensors((n, k), dtype))) + ((bias,) if bias is not None else ()))
 
 
-def _abs_mm(fn):
-    return lambda *ts, **p: fn(*(t.abs() for t in ts), **{k: abs(v) for k, v in p.items()})
-
-
 def _mm_op(name, fn, case, **kw):
-    return Op(name, fn, case, scale=_abs_mm(fn), **kw)
+    return Op(name, fn, case, scale=magnitude(fn), **kw)
 
 
 MATMUL = [

@@ -83,8 +83,11 @@ def _batch_norm(draw, cap, training):
     n = draw(st.sampled_from((2, 1, 3, 7)))
     spatial = draw(shapes(max(cap // (n * c), 1), max_dims=2))
     x = draw(tensors((n, c) + spatial, dtype))
-    stats = (draw(tensors((c,), torch.float32, with_edges=False)),
-             draw(tensors((c,), torch.float32, fill_kinds=("positive",), with_edges=False)))
+    # running stats are written in place: no internal overlap (the CPU writes into an expanded running_var
+    # without complaint, in an unspecified order; the device raises torch's internal-overlap error)
+    dense = ("contiguous", "transposed", "sliced")
+    stats = (draw(tensors((c,), torch.float32, layouts=dense, with_edges=False)),
+             draw(tensors((c,), torch.float32, layouts=dense, fill_kinds=("positive",), with_edges=False)))
     affine = (draw(tensors((c,), dtype)), draw(tensors((c,), dtype))) if draw(st.booleans()) else ()
     return Case((x,) + stats + affine, {"training": training, "momentum": 0.1, "eps": 1e-5})
 
@@ -109,13 +112,52 @@ def _normalize(draw, cap):
                                                  "dim": draw(dim(len(shape)))})
 
 
+def _centered(x, dims, eps):
+    """(|x| + |mean|) * rstd over the statistics' ``dims``: the magnitude the rounding of x - mean is relative
+    to, amplified by 1/std (a nearly constant row turns rounding noise into O(1) values)."""
+    mean, var = x.mean(dims, keepdim=True), x.var(dims, unbiased=False, keepdim=True)
+    return (x.abs() + mean.abs()) / torch.sqrt(var + eps)
+
+
+def _affine(s, w, b, channel_dim=None):
+    """|w| * s + |b|, weight and bias per channel (``channel_dim``) or over the trailing dims."""
+    if channel_dim is not None and w is not None:
+        view = [1] * s.dim()
+        view[channel_dim] = -1
+        w, b = w.reshape(view), None if b is None else b.reshape(view)
+    s = s * w.abs() if w is not None else s
+    return s + b.abs() if b is not None else s
+
+
+def _ln_scale(x, w=None, b=None, **p):
+    k = len(p["normalized_shape"])
+    return _affine(_centered(x, tuple(range(x.dim() - k, x.dim())), p["eps"]), w, b)
+
+
+def _gn_scale(x, w=None, b=None, **p):
+    if x.numel() == 0:
+        return None
+    s = _centered(x.reshape(x.shape[0], p["num_groups"], -1), (2,), p["eps"])
+    return _affine(s.reshape(x.shape), w, b, channel_dim=1)
+
+
+def _bn_scale(x, mean, var, w=None, b=None, **p):
+    view = [1, -1] + [1] * (x.dim() - 2)
+    s = (x.abs() + mean.abs().reshape(view)) / torch.sqrt(var.reshape(view) + p["eps"])
+    return _affine(s, w, b, channel_dim=1)
+
+
+def _in_scale(x):
+    return _centered(x, tuple(range(2, x.dim())), 1e-5)
+
+
 NORMS = [
-    Op("layer_norm", _ln, lambda cap: _layer_norm(cap, False)),
+    Op("layer_norm", _ln, lambda cap: _layer_norm(cap, False), scale=_ln_scale),
     Op("rms_norm", _rms, lambda cap: _layer_norm(cap, True)),
-    Op("group_norm", _gn, _group_norm),
+    Op("group_norm", _gn, _group_norm, scale=_gn_scale),
     Op("batch_norm_train", _bn, lambda cap: _batch_norm(cap, True), inplace=True),
-    Op("batch_norm_eval", _bn, lambda cap: _batch_norm(cap, False)),
-    Op("instance_norm", F.instance_norm, _instance_norm),
+    Op("batch_norm_eval", _bn, lambda cap: _batch_norm(cap, False), scale=_bn_scale),
+    Op("instance_norm", F.instance_norm, _instance_norm, scale=_in_scale),
     Op("normalize", lambda x, **p: F.normalize(x, **p), _normalize),
 ]
 
@@ -162,6 +204,17 @@ def _pairwise(draw, cap, dtypes=FLOATS, params=None):
     return Case((draw(tensors(shape, dtype)), draw(tensors(shape, dtype))), p)
 
 
+def _kl(a, b, **p):
+    return F.kl_div(a, b if p["log_target"] else b.abs(), **p)
+
+
+def _kl_scale(a, b, reduction, log_target):
+    """p * (|log p| + |a|), reduced like the loss: what the rounding of log p - a is relative to."""
+    p = b.exp() if log_target else b.abs()
+    s = p * (p.log().abs() + a.abs())
+    return s if reduction == "none" else s.sum() if reduction == "sum" else s.mean()
+
+
 def _pair_loss(name, fn, params=None, **kw):
     return Op(name, fn, lambda cap: _pairwise(cap, params=params), **kw)
 
@@ -178,7 +231,7 @@ LOSSES = [
                st.fixed_dictionaries({"delta": st.sampled_from((1.0, 0.5, 2.0))})),
     _pair_loss("binary_cross_entropy", lambda a, b, **p: F.binary_cross_entropy(a.sigmoid(), b.sigmoid(), **p)),
     _pair_loss("bce_with_logits", lambda a, b, **p: F.binary_cross_entropy_with_logits(a, b.sigmoid(), **p)),
-    _pair_loss("kl_div", lambda a, b, **p: F.kl_div(a.log_softmax(-1), b.log_softmax(-1), **p),
-               st.fixed_dictionaries({"log_target": st.just(True)})),
+    _pair_loss("kl_div", _kl, st.fixed_dictionaries({"log_target": st.just(True)}), scale=_kl_scale),
+    _pair_loss("kl_div_probs", _kl, st.fixed_dictionaries({"log_target": st.just(False)}), scale=_kl_scale),
     _pair_loss("soft_margin_loss", lambda a, b, **p: F.soft_margin_loss(a, b.sign(), **p)),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from hypothesis import strategies as st
 
 
@@ -20,7 +21,9 @@ class Op:
     params)`` maps results to what is compared (sort indices to the values they pick: ties make indices
     ambiguous); ``inplace`` also compares the inputs after the call; ``arbiter`` False for ops whose float64
     run means something else (casts to a named dtype); ``random``: a disagreement is first checked for
-    the CPU's own results depending on the seed (then the values are not comparable)."""
+    the CPU's own results depending on the seed (then the values are not comparable); ``reference``: the
+    float64 arbiter when the op's own float64 CPU path is not a faithful one (another formula for the same
+    values, e.g. var_mean's mean as torch.mean: the CPU's Welford update makes the mean of [inf, 1] NaN)."""
 
     name: str
     fn: Callable
@@ -31,6 +34,19 @@ class Op:
     inplace: bool = False
     arbiter: bool = True
     random: bool = False
+    reference: Callable | None = None
+    reseed: Callable | None = None  # a context to run the op under another seed (default: manual_seed)
 
     def strategy(self, cap: int) -> st.SearchStrategy:
         return self.case(cap)
+
+
+def magnitude(fn: Callable, scalars: tuple[str, ...] = ("alpha", "beta", "value")) -> Callable:
+    """A ``scale`` for ops that add up terms: ``fn`` of the absolute values of the floating inputs and the
+    named scalar parameters, so a result that cancels is judged relative to the terms it summed (integer
+    results are exact: integer inputs, indices among them, stay as they are)."""
+    def scale(*inputs, **params):
+        ins = [t.abs() if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) else t
+               for t in inputs]
+        return fn(*ins, **{k: abs(v) if k in scalars and v is not None else v for k, v in params.items()})
+    return scale

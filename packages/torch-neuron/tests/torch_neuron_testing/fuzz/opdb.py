@@ -47,6 +47,12 @@ def _samples(key: str, dtype: torch.dtype) -> tuple:
         return ()
 
 
+@functools.cache
+def _placements(key: str, dtype: torch.dtype) -> list:
+    count = len(_samples(key, dtype))
+    return opinfo._placements(entries(dtype)[key], dtype, count - 1, count) if count else []
+
+
 def _float_leaves(tree) -> list:
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor) and t.dtype.is_floating_point]
 
@@ -73,6 +79,14 @@ class Sample:
                     torch.as_strided(t, (n,), (1,), 0)[pos % n] = value
         return tree + (s.output_process_fn_grad,)
 
+    def placement(self):
+        """The sample built for the meta device (where a tensor stays on the CPU, the op wants it there)."""
+        metas = _placements(self.key, self.dtype)
+        if metas[self.index] is None:
+            return None
+        m = metas[self.index]
+        return (m.input, tuple(m.args), dict(m.kwargs), None)
+
     def __repr__(self) -> str:
         marks = f", marks={literal(self.marks)}" if self.marks else ""
         return f"Sample({self.key!r}, {self.dtype}, {self.index}{marks})"
@@ -98,8 +112,23 @@ def _run(entry):
     return fn
 
 
+def _mean_of_pair(spread):
+    """The float64 arbiter of var_mean / std_mean entries: the spread, and torch.mean over the same dims (the
+    CPU's Welford mean of [inf, 1] is NaN; the mean is inf)."""
+    def fn(*tree):
+        inp, args, kwargs, process = tree[0]
+        dim, keepdim = kwargs.get("dim"), kwargs.get("keepdim", False)
+        return process((spread(inp, *args, **kwargs), torch.mean(inp, dim, keepdim=keepdim)))
+    return fn
+
+
+REFERENCES = {"var_mean": _mean_of_pair(torch.var), "var_mean.unbiased": _mean_of_pair(torch.var),
+              "std_mean": _mean_of_pair(torch.std), "std_mean.unbiased": _mean_of_pair(torch.std)}
+
+
 def ops() -> list[Op]:
     """One Op per op_db entry comparable in any of :data:`DTYPES`."""
     keys = sorted(set().union(*(entries(d) for d in DTYPES)))
     first = {k: next(entries(d)[k] for d in DTYPES if k in entries(d)) for k in keys}
-    return [Op(f"op_db:{k}", _run(first[k]), lambda cap, k=k: _case(k, DTYPES), random=True) for k in keys]
+    return [Op(f"op_db:{k}", _run(first[k]), lambda cap, k=k: _case(k, DTYPES), random=True,
+               reseed=lambda e=first[k]: opinfo._other_seed(e), reference=REFERENCES.get(k)) for k in keys]

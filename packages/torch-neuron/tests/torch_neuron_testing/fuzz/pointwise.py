@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from .op import Op
+from .op import Op, magnitude
 from .spec import Case
 from .strategies import broadcast_partner, shapes, tensors
 from .values import INTS, edges
@@ -163,10 +163,18 @@ BINARY = (
        binary("maximum_", lambda a, b: torch.maximum(a, b, out=a), FLOATS, scalar_ok=False, inplace=True)]
 )
 
+def _addcmul(a, b, c):
+    return torch.addcmul(a, b, c, value=0.5)
+
+
+def _addcdiv(a, b, c):
+    return torch.addcdiv(a, b, c, value=2)
+
+
 TERNARY = [
     ternary("where", torch.where, EVERY, first_bool=True),
     ternary("lerp", torch.lerp, (torch.float32, torch.bfloat16, torch.float16, torch.float64)),
-    ternary("addcmul", lambda a, b, c: torch.addcmul(a, b, c, value=0.5), FLOATS),
-    ternary("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c, value=2), FLOATS),
+    ternary("addcmul", _addcmul, FLOATS, scale=magnitude(_addcmul)),
+    ternary("addcdiv", _addcdiv, FLOATS, scale=magnitude(_addcdiv)),
     ternary("clamp_tensors", lambda lo, x, hi: torch.clamp(x, lo, hi), FLOATS + INTS),
 ]

@@ -7,7 +7,7 @@ import math
 import torch
 from hypothesis import strategies as st
 
-from .op import Op
+from .op import Op, magnitude
 from .pointwise import EVERY, FLOATS, NUMERIC
 from .spec import Case
 from .strategies import dim, dims, shapes, tensors
@@ -31,6 +31,10 @@ def _one_dim(ndim):
     return dim(ndim)
 
 
+def _named_dims(ndim):
+    return dims(ndim).map(lambda d: tuple(range(ndim)) if d is None else d)
+
+
 def _dim_or_none(ndim):
     return st.one_of(st.none(), dim(ndim))
 
@@ -41,17 +45,16 @@ NORM_P = st.fixed_dictionaries({"keepdim": st.booleans(),
                                 "ord": st.sampled_from((2, 1, math.inf, -math.inf, 3, 0, 0.5))})
 
 
-def _abs_of(fn):
-    """The same reduction of |x|: what a sum's rounding errors are relative to."""
-    return lambda x, **p: fn(x.abs(), **p)
-
-
 def _sum(x, dim, keepdim):
-    return torch.sum(x, dim, keepdim=keepdim) if dim is not None else torch.sum(x)
+    return torch.sum(x, dim, keepdim=keepdim)
+
+
+def _sum_float32(x, dim, keepdim):
+    return torch.sum(x, _all(dim), keepdim=keepdim, dtype=torch.float32)
 
 
 def _mean(x, dim, keepdim):
-    return torch.mean(x, dim, keepdim=keepdim) if dim is not None else torch.mean(x)
+    return torch.mean(x, dim, keepdim=keepdim)
 
 
 def _sorted_pick(out, inputs, params):
@@ -81,15 +84,14 @@ def _cum_extreme(name):
 
 
 REDUCTIONS = [
-    reduction("sum", _sum, NUMERIC + (torch.bool, torch.complex64), params=KEEP, scale=_abs_of(_sum)),
-    reduction("sum_dtype", lambda x, dim, keepdim: torch.sum(x, _all(dim), keepdim=keepdim, dtype=torch.float32),
-              FLOATS[:3] + NUMERIC[4:], params=KEEP, scale=lambda x, dim, keepdim: torch.sum(
-                  x.abs(), _all(dim), keepdim=keepdim)),
-    reduction("mean", _mean, FLOATS + (torch.complex64,), params=KEEP, scale=_abs_of(_mean)),
+    reduction("sum", _sum, NUMERIC + (torch.bool, torch.complex64), params=KEEP, scale=magnitude(_sum)),
+    reduction("sum_dtype", _sum_float32, FLOATS[:3] + NUMERIC[4:], params=KEEP,
+              scale=lambda x, dim, keepdim: torch.sum(x.double().abs(), _all(dim), keepdim=keepdim)),
+    reduction("mean", _mean, FLOATS + (torch.complex64,), params=KEEP, scale=magnitude(_mean)),
     reduction("nansum", lambda x, dim, keepdim: torch.nansum(x, dim, keepdim=keepdim), FLOATS, params=KEEP,
-              scale=lambda x, dim, keepdim: torch.nansum(x.abs(), dim, keepdim=keepdim)),
+              scale=magnitude(lambda x, dim, keepdim: torch.nansum(x, dim, keepdim=keepdim))),
     reduction("nanmean", lambda x, dim, keepdim: torch.nanmean(x, dim, keepdim=keepdim), FLOATS, params=KEEP,
-              scale=lambda x, dim, keepdim: torch.nanmean(x.abs(), dim, keepdim=keepdim)),
+              scale=magnitude(lambda x, dim, keepdim: torch.nanmean(x, dim, keepdim=keepdim))),
     reduction("prod", lambda x, dim, keepdim: torch.prod(x, dim, keepdim=keepdim) if dim is not None
               else torch.prod(x), NUMERIC + (torch.bool,), over=_dim_or_none, params=KEEP),
     reduction("amax", lambda x, dim, keepdim: torch.amax(x, _all(dim), keepdim=keepdim), NUMERIC + (torch.bool,),
@@ -108,19 +110,23 @@ REDUCTIONS = [
               over=_dim_or_none, params=KEEP),
     reduction("var", lambda x, dim, **k: torch.var(x, dim, **k), FLOATS, params=CORRECTION),
     reduction("std", lambda x, dim, **k: torch.std(x, dim, **k), FLOATS, params=CORRECTION),
-    reduction("var_mean", lambda x, dim, **k: tuple(torch.var_mean(x, dim, **k)), FLOATS, params=CORRECTION),
-    reduction("std_mean", lambda x, dim, **k: tuple(torch.std_mean(x, dim, **k)), FLOATS, params=CORRECTION),
+    reduction("var_mean", lambda x, dim, **k: tuple(torch.var_mean(x, dim, **k)), FLOATS, params=CORRECTION,
+              reference=lambda x, dim, **k: (torch.var(x, dim, **k), _mean(x, dim, k["keepdim"]))),
+    reduction("std_mean", lambda x, dim, **k: tuple(torch.std_mean(x, dim, **k)), FLOATS, params=CORRECTION,
+              reference=lambda x, dim, **k: (torch.std(x, dim, **k), _mean(x, dim, k["keepdim"]))),
     reduction("vector_norm", lambda x, dim, **k: torch.linalg.vector_norm(x, dim=dim, **k), FLOATS,
               params=NORM_P),
     reduction("norm_fro", lambda x, dim, keepdim: torch.norm(x, dim=dim, keepdim=keepdim), FLOATS, params=KEEP),
-    reduction("logsumexp", lambda x, dim, keepdim: torch.logsumexp(x, _all(dim), keepdim=keepdim), FLOATS, params=KEEP),
+    # named dims only: the CPU raises for logsumexp(x, ()) whatever x (its output is resized to the wrong shape)
+    reduction("logsumexp", lambda x, dim, keepdim: torch.logsumexp(x, dim, keepdim=keepdim), FLOATS,
+              over=_named_dims, params=KEEP),
     reduction("all", lambda x, dim, keepdim: torch.all(x, dim, keepdim=keepdim) if dim is not None
               else torch.all(x), EVERY, over=_dim_or_none, params=KEEP),
     reduction("any", lambda x, dim, keepdim: torch.any(x, dim, keepdim=keepdim) if dim is not None
               else torch.any(x), EVERY, over=_dim_or_none, params=KEEP),
     reduction("count_nonzero", lambda x, dim: torch.count_nonzero(x, dim), EVERY),
     reduction("cumsum", _scan("cumsum"), NUMERIC + (torch.bool,), over=_one_dim,
-              scale=lambda x, dim: torch.cumsum(x.abs(), dim)),
+              scale=magnitude(_scan("cumsum"))),
     reduction("cumprod", _scan("cumprod"), NUMERIC, over=_one_dim),
     reduction("logcumsumexp", _scan("logcumsumexp"), FLOATS, over=_one_dim),
     reduction("cummax", _cum_extreme("cummax"), NUMERIC, over=_one_dim),

@@ -42,17 +42,20 @@ class Stats:
     counts: dict = field(default_factory=dict)  # op -> Counter of statuses
     failures: dict = field(default_factory=dict)  # class -> Record (minimal case)
     cpu_wrong: dict = field(default_factory=dict)  # class -> Record (smallest case seen)
+    nearer: dict = field(default_factory=dict)  # class -> Record (smallest case seen): both off, the device nearer
     fallbacks: dict = field(default_factory=dict)  # op -> set of aten ops that took the CPU path
     excluded: Counter = field(default_factory=Counter)  # known defect -> cases not run (fast profile)
 
     def count(self, op: str, status: str) -> None:
         self.counts.setdefault(op, Counter())[status] += 1
 
-    def note_cpu_wrong(self, op, case, v) -> None:
+    def note(self, op, case, v) -> None:
+        """Keep the smallest case of each (op, dtype) the float64 arbiter vindicated the device in."""
+        table = self.cpu_wrong if v.status == "cpu_wrong" else self.nearer
         key = (op.name, _first_dtype(case))
-        old = self.cpu_wrong.get(key)
+        old = table.get(key)
         if old is None or numel(case) < numel(old.case):
-            self.cpu_wrong[key] = Record(op.name, case, v)
+            table[key] = Record(op.name, case, v)
 
 
 def _first_dtype(case: Case) -> str:
@@ -96,7 +99,10 @@ def search(ops, cap: int, examples: int, seed_value: int, stats: Stats, exclude:
             if state["first"] is None:
                 stats.excluded[defect] += 1
             return
-        v = compare.run(op, case)
+        try:
+            v = compare.run(op, case)
+        except Exception as e:  # a defect of the fuzzer itself: reported as a class of its own, the run goes on
+            v = compare.Verdict("fail", "harness", compare.describe(e))
         shrinking = state["first"] is not None
         if not shrinking:
             _tally(stats, op, case, v)
@@ -113,8 +119,12 @@ def search(ops, cap: int, examples: int, seed_value: int, stats: Stats, exclude:
     saved, engine.MAX_SHRINKING_SECONDS = engine.MAX_SHRINKING_SECONDS, shrink_seconds  # bounded shrinking
     try:
         test()
-    except (Found, HypothesisException):
+    except Found:
         pass
+    except HypothesisException as e:  # a failure that did not replay (nondeterminism), or the search itself
+        v = compare.Verdict("fail", "search", compare.describe(e))
+        state["first"] = state["first"] or (ops[0].name if len(ops) == 1 else "family", "search", type(e).__name__, "")
+        state["last"] = state["last"] or Record(ops[0].name, Case(()), v)
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
     record = state["last"]
@@ -127,8 +137,8 @@ def _tally(stats: Stats, op, case: Case, v: compare.Verdict) -> None:
     stats.count(op.name, v.status)
     if v.fallbacks:
         stats.fallbacks.setdefault(op.name, set()).update(v.fallbacks)
-    if v.status == "cpu_wrong":
-        stats.note_cpu_wrong(op, case, v)
+    if v.status in ("cpu_wrong", "nearer"):
+        stats.note(op, case, v)
 
 
 def explore(op, cap: int, seconds: float, seed_value: int, stats: Stats, chunk: int = 10,
