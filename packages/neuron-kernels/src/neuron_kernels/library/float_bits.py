@@ -126,10 +126,7 @@ def nextafter(input, other, fmt="float32", tile_bytes=TILE_BYTES[0]):
     """The bits of torch.nextafter(input, other) from the bits of both (int32 for float32, int16 for
     bfloat16/float16; broadcasting)."""
     f = _fmt(fmt)
-    a, b = _bits_operand(input, f, "nextafter", "input"), _bits_operand(other, f, "nextafter", "other")
-    shape = broadcast_shapes(a.shape, b.shape, op="nextafter")
-    body = lambda ctx, ins: [_nextafter_body(ctx, ins[0], ins[1], f)]  # noqa: E731
-    return run_elementwise("nextafter", shape, [a, b], [f.bits], body, tile_bytes, 24)[0]
+    return _bits_binary("nextafter", input, other, f, lambda ctx, x, y: _nextafter_body(ctx, x, y, f), tile_bytes, 24)
 
 
 @kernel(tunables={"tile_bytes": TILE_BYTES})
@@ -137,13 +134,19 @@ def copysign(input, other, fmt="float32", tile_bytes=TILE_BYTES[0]):
     """The bits of torch.copysign(input, other) from the bits of both (int32 for float32, int16 for
     bfloat16/float16; broadcasting)."""
     f = _fmt(fmt)
-    a, b = _bits_operand(input, f, "copysign", "input"), _bits_operand(other, f, "copysign", "other")
-    shape = broadcast_shapes(a.shape, b.shape, op="copysign")
 
-    def body(ctx, ins):
-        mag, sign = _op(ctx, ins[0], f.max_mag, Alu.bitwise_and), _op(ctx, ins[1], ~f.max_mag, Alu.bitwise_and)
-        return [_op(ctx, mag, sign, Alu.bitwise_or)]
-    return run_elementwise("copysign", shape, [a, b], [f.bits], body, tile_bytes, 3)[0]
+    def body(ctx, x, y):
+        mag, sign = _op(ctx, x, f.max_mag, Alu.bitwise_and), _op(ctx, y, ~f.max_mag, Alu.bitwise_and)
+        return _op(ctx, mag, sign, Alu.bitwise_or)
+    return _bits_binary("copysign", input, other, f, body, tile_bytes, 3)
+
+
+def _bits_binary(name: str, input, other, f: _Fmt, body, tile_bytes: int, temps: int):  # noqa: A002
+    """One broadcasting elementwise program over the bits of two operands of format ``f``, giving the bits of
+    ``body(ctx, x_bits, y_bits)``; ``temps`` as run_elementwise takes it."""
+    a, b = _bits_operand(input, f, name, "input"), _bits_operand(other, f, name, "other")
+    shape = broadcast_shapes(a.shape, b.shape, op=name)
+    return run_elementwise(name, shape, [a, b], [f.bits], lambda ctx, ins: [body(ctx, *ins)], tile_bytes, temps)[0]
 
 
 def _normalise(ctx, m, f: _Fmt):
