@@ -335,6 +335,28 @@ def test_index_add_with_alpha_matches_cpu_in_every_dtype(dtype):
             same(got, want)
 
 
+@pytest.mark.parametrize("call", [
+    lambda x, i, s: x.scatter(0, i, s), lambda x, i, s: x.scatter_add(0, i, s),
+    lambda x, i, s: x.scatter_reduce(0, i, s, "amax", include_self=False), lambda x, i, s: x.index_add(0, i, s),
+    lambda x, i, s: x.index_reduce(0, i, s, "prod")])
+def test_an_empty_target_still_rejects_every_index(call):
+    """Nothing is written into an empty tensor, yet an index into it is out of range: the op's out-of-range error
+    (as for a non-empty one), as the CPU raises one (the empty shortcut used to skip the check)."""
+    x, i, s = torch.zeros(0), torch.tensor([0]), torch.ones(1)
+    with pytest.raises((RuntimeError, IndexError)):
+        call(x, i, s)
+    each_ops_message = "index 0 is out of bounds for dimension 0 with size 0|index out of range in self"
+    with pytest.raises((RuntimeError, IndexError), match=each_ops_message):
+        call(x.to(DEV), i.to(DEV), s.to(DEV))
+
+
+def test_index_copy_into_an_empty_target_names_the_index():
+    """The CPU fails here inside its storage code ("setStorage: ... out of bounds for storage of size 0"); the
+    device gives index_copy_'s own out-of-bounds error."""
+    with pytest.raises(IndexError, match=r"index_copy_\(\): index 0 is out of bounds for dimension 0 with size 0"):
+        torch.zeros(0, device=DEV).index_copy(0, torch.tensor([0], device=DEV), torch.ones(1, device=DEV))
+
+
 def test_index_put_errors_are_torchs():
     x = torch.randn(3, 4).to(DEV)
     with pytest.raises(RuntimeError, match="shape mismatch"):

@@ -44,11 +44,12 @@ def _scatter_along(op: str, x, dim, index, src, add: bool, error, message=None) 
         src = src.reshape(1) if isinstance(src, torch.Tensor) else src
         return _scatter_along(op, x.reshape(1), 0, index, src, add, error, message).view(())
     d = dim % x.dim()
+    # checked before anything else: an empty x still rejects every index, as the CPU does
+    idx = index32(op, index.reshape(-1), x.shape[d], d, wrap=op == "index_fill", error=error, message=message)
     if index.numel() == 0 or x.numel() == 0:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         copy_into(op, out, x)
         return out
-    idx = index32(op, index.reshape(-1), x.shape[d], d, wrap=op == "index_fill", error=error, message=message)
     if add and x.dtype in (torch.bfloat16, torch.float16) and isinstance(src, torch.Tensor):
         # the scatter rounds into a 16-bit table once per 128 values: accumulate in fp32, round once
         wide = [run(op, movement.copy, contig(t), torch.float32)[0] for t in (x, src)]

@@ -141,16 +141,16 @@ def _scatter(op: str, overload, x, dim, index, src, add: bool):
     carrier = addable(x.dtype) if add else movable(x.dtype)
     if carrier is None or x.numel() >= 2**31:
         return run_on_cpu(overload, x, dim, index, src)
-    if x.numel() == 0 or index.numel() == 0:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        copy_into(op, out, x)
-        return out
     shape = x.shape
     if x.dim() == 0:
         x, index = x.view(1), index.view(1)
         src = src.view(1) if isinstance(src, torch.Tensor) else src
     d = dim % x.dim()
-    idx = index32(op, index, x.shape[d], d, error=RuntimeError)
+    idx = index32(op, index, x.shape[d], d, error=RuntimeError)  # an empty x still rejects every index
+    if x.numel() == 0 or index.numel() == 0:
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+        copy_into(op, out, x.view(shape))
+        return out
     src = contig(src).view(carrier) if isinstance(src, torch.Tensor) else _scalar_src(op, src, x, index.shape, carrier)
     kernel = movement.scatter_add if add else movement.scatter
     got = run(op, kernel, contig(x).view(carrier), d, idx, src)[0]

@@ -145,11 +145,11 @@ def scatter_reduce_dense(op: str, overload, x, dim, index, src, reduce, include_
     size = x.shape[d] if x.dim() else 1
     if not native(x, reduce, size, index.shape[d] if index.dim() else 1, index.numel() * size):
         return run_on_cpu(overload, x, dim, index, src, reduce, **kwargs)
+    shape = tuple(index.shape) or (1,)
+    idx = index32(op, index.view(shape), size, d, error=RuntimeError)  # an empty x still rejects every index
     if index.numel() == 0 or x.numel() == 0:
         return _clone(op, x)
-    shape = tuple(index.shape) or (1,)
     xv = x.view(1) if x.dim() == 0 else x
-    idx = index32(op, index.view(shape), size, d, error=RuntimeError)
     sub = contig(src.view(shape) if src.dim() == 0 else src[tuple(slice(0, s) for s in shape)])
     region = _region(shape, d)
     xs = contig(xv[region])
@@ -236,11 +236,11 @@ def index_reduce(x, dim, index, source, reduce, include_self=True):
     size = x.shape[d] if x.dim() else 1
     if not native(x, reduce, size, index.numel(), index.numel() * x.numel()):
         return run_on_cpu(overload, x, dim, index, source, reduce, include_self=include_self)
+    idx = index32(op, index.reshape(-1), size, d, message=lambda v: "index out of range in self")  # empty x too
     if index.numel() == 0 or x.numel() == 0:
         return _clone(op, x)
     shape = tuple(x.shape) or (1,)
     src_shape = shape[:d] + (index.numel(),) + shape[d + 1:]
-    idx = index32(op, index.reshape(-1), size, d, message=lambda v: "index out of range in self")
     xs = _three(contig(x).view(shape), d)
     src = _three(contig(source).view(src_shape), d)
     return reduce_region(op, xs, idx.view(1, -1, 1), src, reduce, include_self).view(x.shape)
