@@ -162,6 +162,11 @@ def test_interleaved_destination_dims_that_do_not_overlap_are_allowed():
     check(isa.DmaCopy(ap, AP.sbuf("float32", 4, (2, 8))))
     clash = AP(Space.HBM, DType.float32, 4, ((2, 16), (8, 1)), partition_stride=8, tensor=0)
     broken("destination overlap", isa.DmaCopy(clash, AP.sbuf("float32", 4, (2, 8))))
+    # strides that interleave without colliding: rows 3 apart over a free dim of stride 2 (0 2 4 3 5 7)
+    woven = AP(Space.HBM, DType.float32, 2, ((3, 2),), partition_stride=3, tensor=0)
+    check(isa.DmaCopy(woven, AP.sbuf("float32", 2, (3,))))
+    tangled = AP(Space.HBM, DType.float32, 2, ((3, 2),), partition_stride=4, tensor=0)  # 0 2 4 | 4 6 8
+    broken("destination overlap", isa.DmaCopy(tangled, AP.sbuf("float32", 2, (3,))))
 
 
 def test_stride_limit_ignores_dims_that_never_step():

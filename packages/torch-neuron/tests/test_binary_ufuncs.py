@@ -313,6 +313,22 @@ def test_out_variants(strict):
     check(out, a * 2)
 
 
+@pytest.mark.parametrize("fn", [torch.maximum, torch.add, torch.mul])
+def test_out_aliasing_an_input_must_have_the_broadcast_shape(fn):
+    """out= that is also an operand is read by TensorIterator, so it is not resized to the broadcast shape:
+    torch's error, as on the CPU (an out= that is not an operand is resized)."""
+    for x, other in ((torch.randn(()), torch.randn(3)), (torch.randn(1, 4), torch.randn(3, 1))):
+        for device in ("cpu", "neuron"):
+            a, b = x.to(device), other.to(device)
+            with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+                fn(a, b, out=a)
+            torch.testing.assert_close(a.cpu(), x)
+    out = torch.empty((), device="neuron")
+    with pytest.warns(UserWarning, match="resized"):
+        fn(torch.randn(()).to("neuron"), torch.randn(3).to("neuron"), out=out)
+    assert out.shape == (3,)
+
+
 def test_zero_size(strict):
     for fn in (torch.add, torch.mul, torch.lt, torch.div):
         a, b = torch.randn(0, 3), torch.randn(1, 3)

@@ -131,6 +131,31 @@ def test_copy_between_overlapping_views():
         y[2:].copy_(y[:-2])
 
 
+@pytest.mark.parametrize("write", [lambda t: t.copy_(torch.ones(t.shape, device="neuron")), lambda t: t.add_(1),
+                                   lambda t: t.neg_(), lambda t: torch.mul(t, 2, out=t)])
+def test_writes_into_self_overlapping_views_raise(write):
+    """A written view whose elements share memory ([3, 2] over 4 elements, strides (1, 1)): the CPU writes an
+    order-dependent result PyTorch calls undefined; the device raises torch's internal-overlap error, as both
+    do for a zero stride, and the tensor stays usable."""
+    y = torch.arange(4.0, device="neuron")
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        write(y.as_strided((3, 2), (1, 1)))
+    torch.testing.assert_close(y.cpu(), torch.arange(4.0))
+
+
+def test_writes_into_interleaved_views():
+    """Strides that interleave without sharing an element ([3, 2] with strides (2, 3) is 0 2 4 3 5 7): copies and
+    in-place ops write them as on the CPU."""
+    results = []
+    for device in ("cpu", "neuron"):
+        b = torch.zeros(12, device=device)
+        x = b.as_strided((3, 2), (2, 3))
+        x.copy_(torch.arange(6.0).view(3, 2))
+        x.mul_(torch.full((3, 2), 2.0, device=device)).add_(1)
+        results.append(b.cpu())
+    torch.testing.assert_close(results[1], results[0])
+
+
 def test_copy_between_devices():
     x = torch.randn(3, 4)
     a = x.to("neuron:0")

@@ -156,11 +156,13 @@ def test_one_program_each(reduction):
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("extra", [{}, {"weight": True}, {"label_smoothing": 0.1}])
-def test_empty_batch_matches_cpu(reduction, dtype, extra):
-    """N = 0 (an empty micro-batch): mean is NaN, sum 0 and none empty, as on the CPU, and backward gives an
-    empty gradient; the empty logits reach the device program without an address error."""
+@pytest.mark.parametrize("shape", [(0, 5), (0, 5, 3), (2, 5, 0), (0, 5, 0, 2)])
+def test_empty_batch_matches_cpu(reduction, dtype, extra, shape):
+    """N = 0 (an empty micro-batch) or an empty spatial dim: mean is NaN, sum 0 and none empty, as on the CPU,
+    and backward gives an empty gradient; the empty logits reach the device program without an address error
+    (and the kernel's tiling of no entries has no tiles)."""
     kw = {"reduction": reduction, **extra}
-    logits, target = torch.randn(0, 5, dtype=dtype), torch.zeros(0, dtype=torch.long)
+    logits, target = torch.randn(shape, dtype=dtype), torch.zeros(shape[:1] + shape[2:], dtype=torch.long)
     if kw.get("weight"):
         kw["weight"] = torch.rand(5, dtype=dtype)
     dev_kw = {k: v.to(DEV) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
@@ -171,4 +173,4 @@ def test_empty_batch_matches_cpu(reduction, dtype, extra):
           F.nll_loss(logits.log_softmax(1), target, **{k: v for k, v in kw.items() if k != "label_smoothing"}),
           TOL, dtype)
     got.sum().backward()
-    assert x.grad.shape == (0, 5) and x.grad.device.type == DEV
+    assert x.grad.shape == shape and x.grad.device.type == DEV

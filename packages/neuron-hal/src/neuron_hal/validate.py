@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import isa
 from .dtypes import ENGINE_DTYPES, MATMUL_DTYPES, DType
 from .errors import ProgramError
@@ -166,17 +168,27 @@ def _check_on_chip(where: _Where, ap: AP, ins, profile: Profile, is_dma: bool) -
 
 
 def _writes_once(ap: AP) -> bool:
-    """Every element of the pattern has its own address: taking the dims of size > 1 from the smallest
-    stride up, each stride must clear the span of the dims before it (rows count as a dim in HBM)."""
+    """Every element of the pattern has its own address (rows count as a dim in HBM). Nested dims decide it
+    at once: taken from the smallest stride up, each stride clears the span of the dims before it.
+    Interleaved ones ([3:2]{2:3} is 0 2 4 3 5 7) are decided from the addresses themselves."""
     dims = [(s, abs(st)) for s, st in ap.free if s > 1]
     if ap.space is Space.HBM and ap.partitions > 1:
         dims.append((ap.partitions, abs(ap.partition_stride)))
     span = 0
     for size, stride in sorted(dims, key=lambda d: d[1]):
-        if stride <= span:
+        if stride == 0:
             return False
+        if stride <= span:
+            return _distinct(dims)
         span += (size - 1) * stride
     return True
+
+
+def _distinct(dims: list[tuple[int, int]]) -> bool:
+    offsets = np.zeros((), dtype=np.int64)
+    for size, stride in dims:
+        offsets = np.add.outer(offsets, np.arange(size, dtype=np.int64) * stride)
+    return np.unique(offsets).size == offsets.size
 
 
 class _Where:

@@ -111,7 +111,9 @@ def blocks(P: int, N: int, C: int, D: int, disjoint: bool) -> list[Block]:
     a partition's entries are consecutive (one contiguous target load), or with ``disjoint`` slot column i
     holds rows i * p + q, so each column's table is its own run of logp and the backward's scatters of
     different columns do not wait for each other (at the price of a strided target load). Cols layout
-    (D > SLOTS): one n per tile, its d on partitions."""
+    (D > SLOTS): one n per tile, its d on partitions. An empty batch (N or D is 0) has no tiles."""
+    if N * D == 0:
+        return []
     if D <= SLOTS:
         a = _max(1, _min(SLOTS // D, cdiv(N, P)))
         return [Block(n0 * D, p, kk, D, D if disjoint else kk * D, p * D if disjoint else D, n0 * C * D, C, D)

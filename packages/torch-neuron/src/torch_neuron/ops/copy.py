@@ -124,13 +124,27 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """Two elements of the view share an address. aten decides only zero strides and dense layouts and writes
+    the rest element by element on the CPU (later writes win, in its loop order, which no device reproduces):
+    this decides every view exactly, from its element offsets when the strides alone cannot tell."""
+    state = torch._debug_has_internal_overlap(t)  # 0 no, 1 yes, 2 cannot tell
+    if state != 2 or t.numel() < 2:
+        return state == 1
+    shape = [1] * t.dim()
+    offsets = torch.zeros(shape, dtype=torch.int64)
+    for d, (n, st) in enumerate(zip(t.shape, t.stride())):
+        offsets = offsets + (torch.arange(n) * st).view(shape[:d] + [n] + shape[d + 1:])
+    return offsets.unique().numel() < t.numel()
+
+
 def _check_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
     """aten's copy_ checks, which its TensorIterator makes only for CPU/CUDA tensors: dst must not write an
-    element twice (a zero stride) nor partly overlap src where both are dense. torch cannot tell for other
-    layouts and lets them through (``device_copy`` then copies from a clone of an overlapping src)."""
+    element twice nor partly overlap src where both are dense. torch cannot tell for other layouts and lets
+    them through (``device_copy`` then copies from a clone of an overlapping src)."""
     if dst.numel() == 0:
         return
-    if any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+    if overlaps_itself(dst):
         raise RuntimeError(_INTERNAL_OVERLAP)
     if src.numel() == 0 or dst.untyped_storage().data_ptr() != src.untyped_storage().data_ptr():
         return

@@ -31,8 +31,19 @@ def _device(args, kwargs) -> torch.device:
     raise ValueError("no neuron tensor among the arguments")
 
 
-def _host(v):
-    return v.cpu() if isinstance(v, torch.Tensor) and v.device.type == "neuron" else v
+def _hosts():
+    """A host copy per neuron tensor, one copy for a tensor passed twice (``maximum(a, b, out=a)``), so the CPU op
+    sees the aliasing the call has: torch's own checks of it (an out= that is an operand is not resized) hold."""
+    seen = {}
+
+    def host(v):
+        if not (isinstance(v, torch.Tensor) and v.device.type == "neuron"):
+            return v
+        if id(v) not in seen:
+            seen[id(v)] = (v, v.cpu())  # the tensor is kept so that its id stays its own
+        return seen[id(v)][1]
+
+    return host
 
 
 def arguments(args, kwargs) -> str:
@@ -47,7 +58,8 @@ def on_cpu(op: torch._ops.OpOverload, *args, **kwargs):
     """``op(*args, **kwargs)`` computed on the CPU for neuron tensors, counted as a fallback."""
     on_fallback(op_name(op), arguments(args, kwargs))
     device = _device(args, kwargs)
-    hargs, hkwargs = tree_map(_host, args), tree_map(_host, kwargs)
+    host = _hosts()
+    hargs, hkwargs = tree_map(host, args), tree_map(host, kwargs)
     result = op(*hargs, **hkwargs)
     written = {}
     for i, arg in enumerate(op._schema.arguments):

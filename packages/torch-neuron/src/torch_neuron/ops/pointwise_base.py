@@ -137,15 +137,23 @@ def _make_plan(entry: Entry, args, kwargs) -> Plan:
     return plan
 
 
-def target_kwargs(entry: Entry, plan: Plan, kwargs: dict, target) -> dict:
+def target_kwargs(entry: Entry, plan: Plan, args, kwargs: dict, target) -> dict:
     """For a runner below: an out= target resized to the result and dropped from the arguments, and aten's cast
     check of an in-place or out= target."""
     if target is not None and target is kwargs.get(entry.out_arg):
-        _maybe_resize_out(target, plan.shape)
         kwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
+        resize_out(target, plan.shape, (*args, *kwargs.values()))
     if target is not None:
         check_cast(plan.dtype, target)
     return kwargs
+
+
+def resize_out(out: torch.Tensor, shape: torch.Size, inputs) -> None:
+    """An out= tensor resized to the result (with torch's deprecation warning), except one that is also an
+    input: TensorIterator reads it as an operand, so it must already have the broadcast shape."""
+    if out.shape != shape and any(x is out for x in inputs):
+        raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape {list(shape)}")
+    _maybe_resize_out(out, shape)
 
 
 # runner(entry, plan, args, kwargs, target) by metrics name, filled in by pointwise_int64; target is None
@@ -356,8 +364,8 @@ def out_variant(entry: Entry, args, kwargs):
         if plan.wide is not None:
             return plan.wide(entry, plan, args, kwargs, out)
         return run_on_cpu(entry.overload, *args, **kwargs)
-    _maybe_resize_out(out, plan.shape)
     fkwargs = {k: v for k, v in kwargs.items() if k != entry.out_arg}
+    resize_out(out, plan.shape, (*args, *fkwargs.values()))
     if not _into(entry, plan, out, args, fkwargs):
         return run_on_cpu(entry.overload, *args, **kwargs)
     return out

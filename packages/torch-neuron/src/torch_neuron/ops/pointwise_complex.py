@@ -47,7 +47,7 @@ _PARTS = {"mul": _mul, "add": _add_like(1.0), "sub": _add_like(-1.0)}
 
 def run(entry, plan, args, kwargs, target):
     """Functional (target None), in-place or out= call of a complex64 signature."""
-    given, kwargs = kwargs, target_kwargs(entry, plan, kwargs, target)
+    given, kwargs = kwargs, target_kwargs(entry, plan, args, kwargs, target)
     parts = _PARTS[entry.name](*args, **kwargs)
     if parts is None:
         return run_on_cpu(entry.overload, *args, **given)

@@ -89,7 +89,7 @@ def _direct(plan, target: torch.Tensor):
 
 def run(entry, plan, args, kwargs, target):
     """Functional (target None), in-place or out= call of an int64 signature."""
-    given, kwargs = kwargs, target_kwargs(entry, plan, kwargs, target)
+    given, kwargs = kwargs, target_kwargs(entry, plan, args, kwargs, target)
     call = ADAPTERS[entry.name](*args, **kwargs)
     operands = None if call is None else _prepare(plan, call[1])
     if operands is None:
