@@ -145,6 +145,24 @@ def test_causal_calls_the_kernels_cannot_take_match_cpu(dtype, qs, kvs, kw):
         close(d, c, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(2, 2, 7, 16), (1, 2, 150, 32)])  # the short-sequence and the flash kernels
+@pytest.mark.parametrize("kw", [{}, {"is_causal": True}])
+def test_rows_whose_scores_are_all_minus_inf_give_zeros(dtype, shape, kw):
+    """No mask: a query whose q . k is -inf for every key (q = -inf in a dimension where every key is positive)
+    gives a zero output and zero value gradients, as torch's CPU kernel does, not NaN (exp(-inf - -inf) once made
+    the kernels' probabilities NaN); the other rows match."""
+    torch.manual_seed(8)
+    q, k, v = (torch.randn(shape).to(dtype) for _ in range(3))
+    k[..., 0] = k[..., 0].abs() + 0.5
+    q[0, 1, 3] = 0.0
+    q[0, 1, 3, 0] = -math.inf
+    got, want, grads, wants = run_both(q, k, v, **kw)
+    assert (got.cpu()[0, 1, 3] == 0).all()
+    close(got, want, dtype)
+    close(grads[2], wants[2], dtype)  # dQ, dK meet 0 * inf on the CPU as well
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, 1e20])
 @pytest.mark.parametrize("shape", [(2, 2, 7, 16), (1, 2, 150, 32)])  # the short-sequence and the flash kernels

@@ -5,9 +5,10 @@ q [BH, Sq, D], k and v [BH, Skv, D] (Sq != Skv allowed, any lengths), an optiona
 broadcastable to [BH, Sq, Skv] ([Sq, Skv] or [1 or BH, Sq, Skv]; -inf entries drop keys), ``causal`` (top-left
 aligned: query i sees keys 0..i, as torch's ``is_causal``; not together with a mask, as torch), ``scale``
 (default 1/sqrt(D), any sign). float32 / bfloat16 / float16 inputs; outputs in the input dtype, the logsumexp
-in float32. A row whose keys are all masked gives NaN (the kernel's own result; torch 2.13 gives zeros there:
-torch_neuron's SDPA op turns such rows into zeros). The mask is divided by the scale inside, so masks
-must stay finite after that division (the op floors finfo.min entries).
+in float32. A row whose scores are all -inf (every key masked, or -inf from the inputs) gives zeros, as torch
+2.13 does: the running max starts at a finite floor and the row sum is floored (``max_floor``), so no
+exp(-inf + inf) arises; its logsumexp is then about -FLT_MAX, whose exps in the backward are 0. The mask is
+divided by the scale inside, so masks must stay finite after that division (the op floors finfo.min entries).
 
 Forward (online softmax). Per (batch-head, 128-query tile) the keys go by in chunks of ``kv_chunk`` (2048): TensorE
 writes S = Q K^T in 512-column PSUM tiles (scores never reach HBM). The row max of each tile is split: VectorE
@@ -64,6 +65,16 @@ from ..jit import kernel
 from ..tensors import _FAR, View
 
 _NEG_INF = float("-inf")
+_FLT_MAX = 3.4028234663852886e38
+_TINY = 1.1754943508222875e-38  # the smallest normal float32: a floor for row sums (every live row's is >= 1)
+
+
+def max_floor(s_eff: float) -> float:
+    """The floor of a running row max m, so that the exp's bias -s_eff * m stays finite: a row whose scores are
+    all -inf (every key masked, or -inf from the inputs) then exponentiates to zeros (exp(-inf - bias)) instead
+    of exp(-inf + inf) = NaN, and with its row sum floored at _TINY gives a zero output, as torch does. Scores
+    below the floor are below -FLT_MAX once scaled, -inf in torch's float32 arithmetic as well."""
+    return -_FLT_MAX / max(1.0, s_eff)
 _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 
 
@@ -660,7 +671,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
             job["mx"] = nl.ndarray((pmax, 2 * nsc + 1), nl.float32, name="rowmax")
             job["ncol"] = nsc + 1
             if job["first"]:
-                nisa.memset(job["mx"][: job["t"]["pq"], nsc:nsc + 1], _NEG_INF, engine=_G)
+                nisa.memset(job["mx"][: job["t"]["pq"], nsc:nsc + 1], max_floor(s_eff), engine=_G)
         return job["mx"]
 
     def split(w):  # columns of a score tile whose max VectorE takes
@@ -807,6 +818,7 @@ def flash_attention_fwd(q, k, v, scale=None, causal=False, mask=None, kv_chunk=2
         o = tile["o"][:pq]
         if job["last"]:
             res = nl.ndarray((pmax, d), dt, name="res")
+            nisa.tensor_scalar(o[:, d:d + 1], o[:, d:d + 1], Alu.max, _TINY)  # an all -inf row: 0 / tiny = 0
             nisa.tensor_scalar(res[:pq], o[:, :d], Alu.divide, o[:, d:d + 1])
             nisa.dma_copy(out[b, tile["q0"]:tile["q0"] + pq, :], res[:pq], queue=queue("store"))
             nisa.tensor_copy(head["lsum"][:pq, qi:qi + 1], o[:, d:d + 1], engine=_V)

@@ -2,8 +2,8 @@
 
 The contract of ``flash_attention_fwd`` / ``flash_attention_bwd`` (attention.py: q, k, v, out, grad_out as
 [BH, S, D] or as storage with ``layouts``; scale of any sign, top-left ``causal``, an additive float mask; the
-float32 logsumexp of the scaled, masked scores, so either kernel's forward feeds either backward; rows with every
-key masked give NaN), restricted to Sq <= pmax and Skv <= pmax queries and keys (and D <= pmax).
+float32 logsumexp of the scaled, masked scores, so either kernel's forward feeds either backward; rows whose
+scores are all -inf give zeros), restricted to Sq <= pmax and Skv <= pmax queries and keys (and D <= pmax).
 
 Why: with short sequences the flash kernels are bound by DMA *instructions* (every DMA costs the descriptor
 generator ~600 ns whatever it moves), and they issue several per batch-head. Here one DMA moves an operand of a
@@ -48,6 +48,7 @@ from ..errors import KernelError
 from ..jit import kernel
 from ..tensors import View
 from .attention import (
+    _TINY,
     _bwd_inputs,
     _causal_keep,
     _check_inputs,
@@ -57,6 +58,7 @@ from .attention import (
     _mask_rows,
     _pipeline,
     _result,
+    max_floor,
 )
 
 _V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
@@ -336,7 +338,8 @@ def short_attention_fwd(q, k, v, scale=None, causal=False, mask=None, layouts=No
         nisa.tensor_reduce(mx[:sq, :g, 0], job["src"], Alu.max, axis=2,
                            engine=_V if job["src"].space is nl.psum else _G)
         nb = nl.ndarray((pmax, group, 1), nl.float32, name="negmax")
-        nisa.tensor_scalar(nb[:sq, :g, :], mx[:sq, :g, :], Alu.multiply, -job["escale"], engine=_G)
+        nisa.tensor_scalar(nb[:sq, :g, :], mx[:sq, :g, :], Alu.max, max_floor(job["escale"]), op1=Alu.multiply,
+                           operand1=-job["escale"], engine=_G)
         job["nb"] = nb
 
     def expo(t):  # P = exp(escale * src + nb) per head, row sums on the way (ScalarE)
@@ -370,6 +373,7 @@ def short_attention_fwd(q, k, v, scale=None, causal=False, mask=None, layouts=No
         job = jobs[t]
         unit, j0, g = job["unit"], job["j0"], job["g"]
         rs = job.pop("rs")
+        nisa.tensor_scalar(rs[:sq, :g, :], rs[:sq, :g, :], Alu.max, _TINY, engine=_G)  # an all -inf row: 0 / tiny
         nisa.tensor_tensor(unit["o"][:sq, j0:j0 + g, :], job.pop("o")[:sq, :g, :d],
                            rs[:sq, :g, :].broadcast_to((sq, g, d)), Alu.divide)
         c0 = unit["u0"] + j0 - job["blk0"]

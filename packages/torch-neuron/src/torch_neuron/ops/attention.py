@@ -240,6 +240,7 @@ def _wide_forward(q, k, v, scale):
     k, v = _ungrouped(q, k), _ungrouped(q, v)
     s = _wide_scores(q, k, scale)
     lse = torch.logsumexp(s, -1)
+    lse = lse.masked_fill(lse == float("-inf"), float("inf"))  # scores all -inf: zero weights, as torch's kernels
     out = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), v.float()).to(q.dtype)
     return contig(out), (lse if q.dim() == 4 else lse.unsqueeze(0))
 

@@ -4,6 +4,8 @@ grouped-query heads)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
@@ -130,4 +132,26 @@ def _attention_scale(q, k, v, mask=None, **p):
     return F.scaled_dot_product_attention(q, k, v.abs(), attn_mask=mask, **p)
 
 
-ATTENTION = [Op("scaled_dot_product_attention", _attention, _sdpa, scale=_attention_scale)]
+def _attention_math(q, k, v, mask=None, scale=None, is_causal=False, enable_gqa=False):
+    """The arbiter, written from the documented semantics (the CPU's fused kernel is not a faithful one: its
+    running max skips a NaN score, so a NaN key gives 0): scores scaled as aten's math path scales them (q and k by
+    sqrt(scale) each, so a large q . k does not overflow first); a boolean or causal mask *selects* the keys that
+    take part (a masked key's inf or NaN score never meets the row, where aten's math path adds -inf to it and
+    gets NaN), a float mask is added; a row with every score -inf gets zero weights, as torch's kernels give."""
+    if enable_gqa and k.shape[-3] != q.shape[-3]:
+        k, v = (t.repeat_interleave(q.shape[-3] // t.shape[-3], -3) for t in (k, v))
+    sc = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q * math.sqrt(sc)) @ (k * math.sqrt(sc)).transpose(-2, -1) if sc > 0 else (q * sc) @ k.transpose(-2, -1)
+    keep = torch.ones(s.shape[-2:], dtype=torch.bool)
+    if is_causal:
+        keep = keep.tril()
+    if mask is not None and mask.dtype == torch.bool:
+        keep = keep & mask
+    elif mask is not None:
+        s = s + mask
+    s = s.masked_fill(~keep, -math.inf)
+    p = torch.softmax(s, -1).masked_fill((s == -math.inf).all(-1, keepdim=True), 0.0)
+    return p @ v
+
+
+ATTENTION = [Op("scaled_dot_product_attention", _attention, _sdpa, scale=_attention_scale, reference=_attention_math)]
