@@ -11,6 +11,20 @@ labelled with its aten op. The trace holds, per device, a track of aten ops (one
 launch, named by op), a track of ``record_function`` ranges, CPU fallbacks as instant markers, and (with
 ``instructions=True``) the driver's own per-instruction engine/DMA tracks of each program. Timestamps
 are device time (simulated on the sim driver), so the slices of one device never overlap within a queue.
+``prof.key_averages()`` gives (op, device ns, programs) per op, with a ``table(sort_by=..., row_limit=...)``
+like torch's ``EventList.table``.
+
+PyTorch's own profilers and the neuron device:
+
+- ``torch.autograd.profiler.profile(use_device="neuron")`` (its legacy, non-kineto mode) times each op on the
+  device through the PrivateUse1 ``ProfilerStubs`` (``csrc/ProfilerStubs.cpp``): an event at op entry and exit
+  on the current stream's device clock, as ``torch.neuron.Event`` records it, so an op's NEURON time is the
+  device time of the programs it queued. torch keeps these as whole microseconds (``privateuse1_elapsed_us``).
+- ``torch.profiler.profile(activities=[..., ProfilerActivity.PrivateUse1])`` runs kineto, which in torch 2.13
+  takes device events only from a libkineto ``IActivityProfiler`` plugin registered through
+  ``PrivateUse1ProfilerRegistry`` (``REGISTER_PRIVATEUSE1_PROFILER``); the stubs above are not consulted there.
+  That plugin is not built yet, so it records the CPU ops only; use this profiler (or the autograd profiler
+  above) for device time.
 """
 
 from __future__ import annotations
@@ -53,7 +67,8 @@ class KeyAverages(list):
         rows = rows if row_limit < 0 else rows[:row_limit]
         all_ns = sum(ns for _, ns, _ in self) or 1.0
         width = max([len("Name"), *(len(op) for op, _, _ in rows)]) + 2
-        header = f"{'Name':>{width}}  {'Device total':>12}  {'Device %':>8}  {'Device time avg':>15}  {'# of Calls':>10}"
+        header = (f"{'Name':>{width}}  {'Device total':>12}  {'Device %':>8}  {'Device time avg':>15}  "
+                  f"{'# of Calls':>10}")
         rule = "-" * len(header)
         lines = [rule, header, rule]
         for op, ns, n in rows:
