@@ -276,3 +276,43 @@ def test_accelerator_memory_apis_reach_the_caching_allocator():
     dtypes = torch.accelerator.get_device_capability(dev)["supported_dtypes"]
     assert {torch.float32, torch.bfloat16, torch.int64, torch.float64, torch.bool} <= dtypes
     assert torch.qint8 not in dtypes
+
+
+def _summary_values(summary: str) -> list[list[str]]:
+    """The four value columns of each statistic row of a memory_summary table."""
+    rows = [line.split("|")[2:6] for line in summary.splitlines() if line.count("|") == 6]
+    return [[v.strip() for v in row] for row in rows if "Cur Usage" not in row[0]]
+
+
+def test_memory_summary(monkeypatch):
+    """Every row holds memory_stats' figures, formatted as torch.cuda.memory_summary formats the same stats
+    (torch's own function as the reference, fed this allocator's statistics)."""
+    keep = [torch.empty(n, dtype=torch.uint8, device="neuron") for n in (100, 3 * 2**20, 700 * 2**10)]
+    stats = torch.neuron.memory_stats()
+    oversize = {f"oversize_{k}.{c}": 0 for k in ("allocations", "segments")
+                for c in ("current", "peak", "allocated", "freed")}
+    monkeypatch.setattr(torch.cuda.memory, "memory_stats", lambda device=None: stats | oversize)
+    reference = _summary_values(torch.cuda.memory_summary(0, abbreviated=True))[:-2]  # less the oversize rows
+    summary = torch.neuron.memory_summary()
+    assert _summary_values(summary) == reference and len(reference) == 9
+    assert "device ID 0" in summary and f"{stats['num_ooms']}" in summary
+    del keep
+
+
+def test_memory_snapshot():
+    torch.neuron.empty_cache()
+    x = torch.empty(3 * 2**20, dtype=torch.uint8, device="neuron")
+    y = torch.empty(1000, dtype=torch.uint8, device="neuron")
+    segments = [s for s in torch.neuron.memory_snapshot() if s["device"] == 0]
+    assert sum(s["total_size"] for s in segments) == torch.neuron.memory_reserved()
+    assert sum(s["allocated_size"] for s in segments) == torch.neuron.memory_allocated()
+    assert sum(s["requested_size"] for s in segments) == torch.neuron.memory_stats()["requested_bytes.all.current"]
+    for s in segments:  # the blocks tile their segment, in address order
+        blocks = s["blocks"]
+        assert blocks[0]["address"] == s["address"] and sum(b["size"] for b in blocks) == s["total_size"]
+        assert all(a["address"] + a["size"] == b["address"] for a, b in zip(blocks, blocks[1:]))
+    active = {b["address"]: (b, s) for s in segments for b in s["blocks"] if b["state"] == "active_allocated"}
+    (bx, sx), (by, sy) = active[x.data_ptr()], active[y.data_ptr()]
+    assert (bx["requested_size"], bx["size"], sx["segment_type"]) == (x.nbytes, 3 * 2**20, "large")
+    assert (by["requested_size"], by["size"], sy["segment_type"]) == (1000, 1024, "small")
+    del x, y

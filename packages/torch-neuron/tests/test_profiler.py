@@ -85,3 +85,43 @@ def test_ranges_and_events_on_an_idle_stream_start_at_the_devices_present():
     assert start.elapsed_time(end) == pytest.approx(programs / 1e6)  # the transpose, not the time before it
     (name, _, a, b), = prof.ranges
     assert b - a == pytest.approx(programs) and a == pytest.approx(prof.events[0].start_ns)
+
+
+def test_autograd_profiler_use_device_privateuse1(capfd):
+    """torch.autograd.profiler.profile(use_device="neuron") times each op on the device clock: an op's device
+    time is that of the programs it ran (torch keeps whole microseconds), CPU times are sane, nothing logged."""
+    x = torch.randn(64, 64).to("neuron")
+    (x @ x).sum()  # traced and loaded outside the profiles
+    capfd.readouterr()
+    with profile(instructions=False) as programs:
+        with torch.autograd.profiler.profile(use_device="neuron") as prof:
+            (x @ x).sum()
+    err = capfd.readouterr().err
+    assert "PrivateUse1" not in err and "RecordFunction" not in err
+    device_ns = {op: ns for op, ns, _ in programs.key_averages()}
+    events = {e.key: e for e in prof.key_averages()}
+    assert events["aten::mm"].device_time_total == int(device_ns["mm"] / 1e3) > 0
+    assert events["aten::matmul"].device_time_total == events["aten::mm"].device_time_total  # mm is its child
+    assert events["aten::sum"].device_time_total == int(device_ns["sum"] / 1e3)
+    assert events["aten::mm"].self_device_time_total == events["aten::mm"].device_time_total
+    assert all(e.cpu_time_total >= 0 and e.device_time_total >= 0 for e in prof.function_events)
+    assert "NEURON total" in prof.key_averages().table()
+
+
+def test_key_averages_table():
+    x, work = _work()
+    work()
+    with profile(instructions=False) as prof:
+        work()
+        x + 1
+        x + 2
+    averages = prof.key_averages()
+    rows = [line.split() for line in averages.table(sort_by="count").splitlines()[3:-2]]
+    assert [r[0] for r in rows][:1] == ["add"] and sorted(r[0] for r in rows) == sorted({e.op for e in prof.events})
+    for op, total, _, avg, calls in rows:
+        spent = [e.end_ns - e.start_ns for e in prof.events if e.op == op]
+        assert (total, avg, int(calls)) == (f"{sum(spent) / 1e3:.3f}us", f"{sum(spent) / len(spent) / 1e3:.3f}us",
+                                           len(spent))
+    assert len(averages.table(row_limit=1).splitlines()) == 6 and "sum" in prof.table(sort_by="name")
+    with pytest.raises(ValueError, match="sort_by='cpu_time'"):
+        averages.table(sort_by="cpu_time")

@@ -335,6 +335,25 @@ class CachingAllocator:
                 return device
         return -1
 
+    def snapshot(self) -> list[dict]:
+        """Every segment with its blocks in address order, as torch.cuda.memory_snapshot() lists them."""
+        with self._lock:
+            return [self._segment_info(start, size, device) for start, size, device in self.segments]
+
+    def _segment_info(self, start: int, size: int, device: int) -> dict:
+        first = block = self.blocks[start]
+        blocks = []
+        while block is not None:
+            blocks.append({"address": block.address, "size": block.size, "requested_size": block.requested,
+                           "state": "active_allocated" if block.allocated else "inactive"})
+            block = block.next
+        used = [b for b in blocks if b["state"] == "active_allocated"]
+        allocated = sum(b["size"] for b in used)
+        return {"device": device, "address": start, "total_size": size, "allocated_size": allocated,
+                "active_size": allocated, "requested_size": sum(b["requested_size"] for b in used), "stream": 0,
+                "segment_type": "small" if first.pool is self.pools[device][1] else "large",
+                "is_expandable": False, "blocks": blocks}
+
     def reset_peak(self, device: int) -> None:
         self.stats[device].reset_peak()
 

@@ -11,6 +11,20 @@ labelled with its aten op. The trace holds, per device, a track of aten ops (one
 launch, named by op), a track of ``record_function`` ranges, CPU fallbacks as instant markers, and (with
 ``instructions=True``) the driver's own per-instruction engine/DMA tracks of each program. Timestamps
 are device time (simulated on the sim driver), so the slices of one device never overlap within a queue.
+``prof.key_averages()`` gives (op, device ns, programs) per op, with a ``table(sort_by=..., row_limit=...)``
+like torch's ``EventList.table``.
+
+PyTorch's own profilers and the neuron device:
+
+- ``torch.autograd.profiler.profile(use_device="neuron")`` (its legacy, non-kineto mode) times each op on the
+  device through the PrivateUse1 ``ProfilerStubs`` (``csrc/ProfilerStubs.cpp``): an event at op entry and exit
+  on the current stream's device clock, as ``torch.neuron.Event`` records it, so an op's NEURON time is the
+  device time of the programs it queued. torch keeps these as whole microseconds (``privateuse1_elapsed_us``).
+- ``torch.profiler.profile(activities=[..., ProfilerActivity.PrivateUse1])`` runs kineto, which in torch 2.13
+  takes device events only from a libkineto ``IActivityProfiler`` plugin registered through
+  ``PrivateUse1ProfilerRegistry`` (``REGISTER_PRIVATEUSE1_PROFILER``); the stubs above are not consulted there.
+  That plugin is not built yet, so it records the CPU ops only; use this profiler (or the autograd profiler
+  above) for device time.
 """
 
 from __future__ import annotations
@@ -36,6 +50,31 @@ class OpEvent:
     start_ns: float
     end_ns: float
     trace: dict | None = field(default=None, repr=False)
+
+
+class KeyAverages(list):
+    """``profile.key_averages()``: (op, device ns, programs) tuples with a ``table`` like torch's EventList's."""
+
+    SORT_KEYS = {"device_time_total": lambda t: -t[1], "device_time": lambda t: -t[1] / t[2],
+                 "count": lambda t: -t[2], "name": lambda t: t[0]}
+
+    def table(self, sort_by: str = "device_time_total", row_limit: int = 100) -> str:
+        """One row per op: total device time, its share, the average per program and the programs launched;
+        ``sort_by`` one of SORT_KEYS, at most ``row_limit`` rows (all of them when negative)."""
+        if sort_by not in self.SORT_KEYS:
+            raise ValueError(f"sort_by={sort_by!r}: expected one of {sorted(self.SORT_KEYS)}")
+        rows = sorted(self, key=self.SORT_KEYS[sort_by])
+        rows = rows if row_limit < 0 else rows[:row_limit]
+        all_ns = sum(ns for _, ns, _ in self) or 1.0
+        width = max([len("Name"), *(len(op) for op, _, _ in rows)]) + 2
+        header = (f"{'Name':>{width}}  {'Device total':>12}  {'Device %':>8}  {'Device time avg':>15}  "
+                  f"{'# of Calls':>10}")
+        rule = "-" * len(header)
+        lines = [rule, header, rule]
+        for op, ns, n in rows:
+            lines.append(f"{op:>{width}}  {_us(ns):>12}  {ns / all_ns:>8.2%}  {_us(ns / n):>15}  {n:>10}")
+        lines += [rule, f"Device time total: {_us(sum(ns for _, ns, _ in self))}"]
+        return "\n".join(lines)
 
 
 class profile(contextlib.ContextDecorator):
@@ -96,20 +135,16 @@ class profile(contextlib.ContextDecorator):
     def device_ns(self) -> float:
         return sum(e.end_ns - e.start_ns for e in self.events)
 
-    def key_averages(self) -> list[tuple[str, float, int]]:
+    def key_averages(self) -> KeyAverages:
         """(op, device ns, programs) per aten op, most device time first."""
         total, count = defaultdict(float), defaultdict(int)
         for e in self.events:
             total[e.op] += e.end_ns - e.start_ns
             count[e.op] += 1
-        return sorted(((op, ns, count[op]) for op, ns in total.items()), key=lambda t: -t[1])
+        return KeyAverages(sorted(((op, ns, count[op]) for op, ns in total.items()), key=lambda t: -t[1]))
 
-    def table(self, row_limit: int = 10) -> str:
-        all_ns = self.device_ns() or 1.0
-        lines = [f"{'aten op':<40} {'device us':>12} {'share':>7} {'programs':>9}"]
-        for op, ns, n in self.key_averages()[:row_limit]:
-            lines.append(f"{op:<40} {ns / 1e3:>12.2f} {ns / all_ns:>7.1%} {n:>9}")
-        return "\n".join(lines)
+    def table(self, sort_by: str = "device_time_total", row_limit: int = 10) -> str:
+        return self.key_averages().table(sort_by=sort_by, row_limit=row_limit)
 
     def chrome_trace(self) -> dict:
         events: list[dict] = []
@@ -155,6 +190,10 @@ def record_function(name: str, device=None):
         yield
     finally:
         prof.ranges.append((name, index, start, runtime().timeline(index, _stream(index))))
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.3f}us"
 
 
 def _meta(events: list, seen: set, pid: int) -> None:
