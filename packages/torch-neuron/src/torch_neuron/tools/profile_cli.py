@@ -55,6 +55,7 @@ def _capture_script(script: str, argv: list[str], instructions: bool) -> tuple[d
 def _capture_program(path: str, seed: int) -> tuple[dict, int]:
     """Run a saved Program (``Program.to_json``) once on device 0 with random inputs, traced."""
     import numpy as np
+
     from neuron_hal import Program, get_driver
 
     try:
@@ -127,8 +128,8 @@ def compare(profiles: list[str], script: str, argv: list[str], top: int = 8) -> 
     with tempfile.TemporaryDirectory(prefix="neuron-profile-") as tmp:
         for p in profiles:
             out = pathlib.Path(tmp) / f"{p}.json"
-            cmd = [sys.executable, "-m", "torch_neuron.tools.profile_cli", "capture", "--no-instructions", "--summary-json",
-                   str(out.with_suffix(".summary")), "-o", str(out), script, *argv]
+            cmd = [sys.executable, "-m", "torch_neuron.tools.profile_cli", "capture", "--no-instructions",
+                   "--summary-json", str(out.with_suffix(".summary")), "-o", str(out), script, *argv]
             done = subprocess.run(cmd, env={**os.environ, "NEURON_DEVICE_PROFILE": p}, capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"{script} under {p} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")

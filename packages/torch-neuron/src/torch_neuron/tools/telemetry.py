@@ -1,6 +1,6 @@
 """This process's telemetry for ``neuron-top`` and ``neuron-ls`` (the file format: :mod:`neuron_hal.telemetry`).
 
-Each program launched is told to :func:`Publisher.on_report` (a ``metrics.report_observers`` entry), which only adds
+Each program launched is told to :func:`Publisher.on_report` (a ``report_observers`` entry), which only adds
 to counters; a daemon thread writes the record every ``$NEURON_TELEMETRY_INTERVAL`` seconds (default 1) when
 something changed, and the file is removed at exit. ``NEURON_TELEMETRY=0`` publishes nothing. Telemetry never fails
 the process: an error writing it is reported once as a warning, and publishing goes on quietly.
@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from neuron_hal import telemetry as files
 
-from .. import metrics
+from ..metrics import report_observers
 
 DEFAULT_INTERVAL = 1.0
 
@@ -50,7 +50,7 @@ class Publisher:
         self._thread = threading.Thread(target=self._run, name="neuron-telemetry", daemon=True)
 
     def start(self) -> None:
-        metrics.report_observers.append(self.on_report)
+        report_observers.append(self.on_report)
         atexit.register(self.stop)
         self._thread.start()
 
@@ -101,8 +101,8 @@ class Publisher:
 
     def stop(self) -> None:
         self._stop.set()
-        if self.on_report in metrics.report_observers:
-            metrics.report_observers.remove(self.on_report)
+        if self.on_report in report_observers:
+            report_observers.remove(self.on_report)
         if os.getpid() == self.pid:
             try:
                 files.remove(self.pid)
