@@ -84,25 +84,34 @@ class Publisher:
         try:
             files.write(self.record())
         except Exception as e:  # telemetry must never fail the process
-            if not self._warned:
-                self._warned = True
-                warnings.warn(f"neuron telemetry could not be written to {files.directory()} ({e!r}); "
-                              "the program goes on (NEURON_TELEMETRY=0 turns telemetry off)", RuntimeWarning,
-                              stacklevel=2)
+            self._warn(e)
+
+    def _warn(self, e: Exception) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"neuron telemetry could not be written to {files.directory()} ({e!r}); "
+                          "the program goes on (NEURON_TELEMETRY=0 turns telemetry off)", RuntimeWarning, stacklevel=3)
 
     def _run(self) -> None:
         last_memory = None
         while not self._stop.wait(self.period):
-            memory = tuple((s.allocated_bytes.current, s.reserved_bytes.current)
-                           for s in list(self.runtime.allocator.stats.values()))
+            try:
+                memory = tuple((s.allocated_bytes.current, s.reserved_bytes.current)
+                               for s in list(self.runtime.allocator.stats.values()))
+            except Exception as e:  # e.g. the allocator torn down at exit
+                self._warn(e)
+                continue
             if self._dirty or memory != last_memory:
                 self._dirty, last_memory = False, memory
                 self.publish()
 
     def stop(self) -> None:
+        """Stop publishing and remove the file (at exit): after the thread's last write, so none comes after."""
         self._stop.set()
         if self.on_report in report_observers:
             report_observers.remove(self.on_report)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
         if os.getpid() == self.pid:
             try:
                 files.remove(self.pid)
