@@ -27,15 +27,31 @@ def test_json_lists_the_profiles_chip(capsys, name):
     assert out["processes"] == []
 
 
+def _publish(pid, cores):
+    telemetry.write({"pid": pid, "command": "python train.py --steps 3", "profile": "trn1", "driver": "null",
+                     "programs": 12, "cores": cores})
+
+
 def test_table_shows_chip_and_processes(capsys):
-    telemetry.write({"pid": os.getpid(), "command": "python train.py --steps 3", "profile": "trn1", "driver": "null",
-                     "programs": 12, "cores": {"1": {"device_ns": 5.0, "engine_busy_ns": {}, "programs": 12,
-                                                     "allocated": 3 * 2 ** 20, "reserved": 4 * 2 ** 20}}})
+    _publish(os.getpid(), {"0": {"device_ns": 0.0, "engine_busy_ns": {}, "programs": 0, "allocated": 0,
+                                 "reserved": 0},
+                           "1": {"device_ns": 5.0, "engine_busy_ns": {}, "programs": 12, "allocated": 3 * 2 ** 20,
+                                 "reserved": 4 * 2 ** 20}})
     assert ls.main(["--driver", "null", "--profile", "trn1"]) == 0
-    out = capsys.readouterr().out
-    assert "| 0           | 2            | 0-1      | v2         | 32.0 GiB | trn1    | null   |" in out
-    row = next(line for line in out.splitlines() if line.startswith(f"| {os.getpid()} "))
-    assert "python train.py --steps 3" in row and "3.0 MiB" in row and "4.0 MiB" in row and "| 12 " in row
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split("|")[1:3] == [" NEURON ", " NEURON "] and out[2].split("|")[1].strip() == "CHIP"
+    row = [c.strip() for c in out[4].split("|")[1:-1]]
+    assert row == ["0", "2", "0-1", "v2", "32.0 GiB", "trn1", "null", str(os.getpid()), "python train.py --steps 3",
+                   "1", "4.0 MiB", "12"]  # core 0 was opened but not used
+
+
+def test_idle_processes_only_with_show_all_procs(capsys):
+    _publish(os.getpid(), {})  # a runtime that has not used a core
+    assert ls.main(["--json", "--driver", "null"]) == 0
+    assert json.loads(capsys.readouterr().out)["processes"] == []
+    assert ls.main(["-a", "--driver", "null"]) == 0
+    row = [c.strip() for c in capsys.readouterr().out.splitlines()[4].split("|")[1:-1]]
+    assert row[7:10] == [str(os.getpid()), "python train.py --steps 3", "-"]
 
 
 def test_bad_profile_is_a_clear_error(capsys):

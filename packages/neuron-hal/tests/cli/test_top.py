@@ -43,6 +43,16 @@ def test_once_prints_published_processes(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)[0]["engines"]["tensor"] == 0.5
 
 
+def test_refreshes_redraw_the_screen(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NEURON_TELEMETRY_DIR", str(tmp_path))
+    telemetry.write(_record(1000.0, 500.0, 100.0, 800.0, 4))
+    assert top.main(["--iterations", "2", "--delay", "0.01"]) == 0
+    frames = capsys.readouterr().out.split(top.CLEAR)
+    assert frames[0] == "" and len(frames) == 3
+    first, second = ([x for x in f.splitlines() if x.startswith(f"| {os.getpid()} ")][0] for f in frames[1:])
+    assert "| 15.0%" in first and "| 0.0%" in second  # the second covers an interval in which nothing ran
+
+
 def test_bad_delay(capsys):
     with pytest.raises(SystemExit):
         top.main(["--delay", "0"])

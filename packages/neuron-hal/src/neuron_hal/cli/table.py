@@ -4,15 +4,20 @@ from __future__ import annotations
 
 
 def box(headers: list[str], rows: list[list]) -> str:
-    """``+---+`` ruled table: a header row, then one row per entry (cells left-aligned)."""
+    """``+---+`` ruled table: header cells (a newline in one stacks its words, as AWS's "NEURON / DEVICE"),
+    then one row per entry (cells left-aligned)."""
     cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    heads = [h.split("\n") for h in headers]
+    depth = max(len(h) for h in heads)
+    heads = [h + [""] * (depth - len(h)) for h in heads]
+    widths = [max([len(x) for x in h] + [len(r[i]) for r in cells]) for i, h in enumerate(heads)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 
     def line(values):
         return "|" + "|".join(f" {v:<{w}} " for v, w in zip(values, widths)) + "|"
 
-    return "\n".join([rule, line(headers), rule, *(line(r) for r in cells), rule])
+    head = [line([h[k].center(w) for h, w in zip(heads, widths)]) for k in range(depth)]
+    return "\n".join([rule, *head, rule, *(line(r) for r in cells), rule])
 
 
 def human_bytes(n: float) -> str:

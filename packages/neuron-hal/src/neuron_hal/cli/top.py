@@ -17,6 +17,7 @@ from .. import telemetry
 from .table import box, human_bytes
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: each refresh redraws the whole table
 
 
 def _delta(now: dict, before: dict | None) -> dict:
@@ -73,20 +74,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: print the rows as JSON")
     parser.add_argument("--delay", "-d", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    parser.add_argument("--iterations", "-n", type=int, default=0, help="refreshes before exiting (default: until "
+                        "Ctrl-C)")
     args = parser.parse_args(argv)
     if not args.delay > 0:
         parser.error(f"--delay {args.delay}: must be a positive number of seconds")
+    if args.iterations < 0:
+        parser.error(f"--iterations {args.iterations}: must be >= 0 (0: until Ctrl-C)")
     if args.once:
         table = rows(telemetry.read_all())
         print(json.dumps(table, indent=2) if args.json else render(table))
         return 0
-    previous = None
+    previous, shown = None, 0
     try:
         while True:
             records = telemetry.read_all()
-            sys.stdout.write("\x1b[H\x1b[2J" + render(rows(records, previous)) + "\n")  # home, clear: redraw
+            sys.stdout.write(CLEAR + render(rows(records, previous)) + "\n")
             sys.stdout.flush()
-            previous = _previous(records)
+            previous, shown = _previous(records), shown + 1
+            if shown == args.iterations:
+                return 0
             time.sleep(args.delay)
     except KeyboardInterrupt:
         return 0
