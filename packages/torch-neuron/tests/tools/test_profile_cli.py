@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -56,7 +57,10 @@ def test_capture_script(tmp_path, script, capsys):
     assert [e for e in dev.engine_busy_ns if e in ENGINES] == [e for e in ENGINES if e in dev.engine_busy_ns]
     assert f"device time {device_ns / 1e3:.2f} us" in printed and "tensor" in printed and "dma q0" in printed
     html = out.with_suffix(".html").read_text()
-    assert html.startswith("<!DOCTYPE html>") and "<svg" in html and "mm" in html and _self_contained(html)
+    assert html.startswith("<!DOCTYPE html>") and "mm" in html and _self_contained(html)
+    svg = ET.fromstring(html[html.index("<svg"):html.index("</svg>") + 6])  # well-formed: one slice per rect
+    slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert len(svg.findall("rect")) == len(slices) and all(r.find("title") is not None for r in svg.iter("rect"))
     assert profile_cli.main(["view", str(out)]) == 0
     assert capsys.readouterr().out.strip() == printed.split("\ntrace:")[0].strip()
 
