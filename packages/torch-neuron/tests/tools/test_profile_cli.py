@@ -73,6 +73,14 @@ def test_script_failure_still_writes_the_capture(tmp_path):
     assert _slices(json.loads(out.read_text()), "op")
 
 
+def test_a_script_with_its_own_profile_is_named(tmp_path, capsys):
+    own = tmp_path / "own.py"
+    own.write_text("import torch\nx = torch.ones(4, device='neuron') * 2\n"
+                   "with torch.neuron.profiler.profile():\n    x + 1\n")
+    assert profile_cli.main(["capture", "-o", str(tmp_path / "t.json"), str(own)]) == 1
+    assert "profiles do not nest" in capsys.readouterr().err
+
+
 def test_capture_saved_program(tmp_path, capsys):
     program = matmul.trace(TensorSpec((128, 256), np.float32), TensorSpec((256, 512), np.float32))
     saved = tmp_path / "matmul.json"
