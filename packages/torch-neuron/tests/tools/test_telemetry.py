@@ -105,3 +105,15 @@ def test_neuron_top_once_shows_a_running_process(tmp_path, monkeypatch):
         proc.stdin.close()
         proc.wait(timeout=120)
     assert not (tmp_path / f"{proc.pid}.json").exists()  # removed at exit
+
+
+def test_a_compiled_graph_counts_as_its_one_program():
+    publisher = _publisher()
+    f = torch.compile(lambda a: (a @ a).relu() + 1, backend="neuron")
+    x = torch.randn(64, 64, device="neuron")
+    f(x)  # compiled outside the measurement
+    before, spent = publisher.record()["cores"]["0"], metrics()["device_ns_total"]
+    torch.testing.assert_close(f(x).cpu(), (x.cpu() @ x.cpu()).relu() + 1, rtol=1e-4, atol=1e-4)
+    core = publisher.record()["cores"]["0"]
+    assert core["programs"] - before["programs"] == 1
+    assert core["device_ns"] - before["device_ns"] == pytest.approx(metrics()["device_ns_total"] - spent)
