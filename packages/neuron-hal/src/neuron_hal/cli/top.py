@@ -14,9 +14,10 @@ import sys
 import time
 
 from .. import telemetry
+from ..isa import Engine
 from .table import box, human_bytes
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+ENGINES = tuple(e.value for e in Engine if e is not Engine.SYNC)  # the compute engines, in ISA order
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: each refresh redraws the whole table
 
 

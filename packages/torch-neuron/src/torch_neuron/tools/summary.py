@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from neuron_hal.isa import Engine
+
 PROFILER_CATEGORIES = ("op", "range", "fallback")
-ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+ENGINES = tuple(e.value for e in Engine if e is not Engine.SYNC)  # the compute engines, in ISA order
 
 
 def _track_order(track: str) -> tuple:
