@@ -60,6 +60,15 @@ def test_dead_processes_and_garbage_are_ignored(folder):
     assert [r["pid"] for r in telemetry.read_all()] == [os.getpid()]
 
 
+def test_a_reused_pid_is_not_the_recorded_process(folder):
+    now = telemetry.started(os.getpid())
+    assert now is not None and now == telemetry.started(os.getpid())
+    telemetry.write(_record(os.getpid(), started=now - 1))  # this pid, but a process that started earlier
+    assert telemetry.read_all() == []
+    telemetry.write(_record(os.getpid(), started=now))
+    assert [r["pid"] for r in telemetry.read_all()] == [os.getpid()]
+
+
 def test_core_utilization():
     util = telemetry.core_utilization(_record(1)["cores"]["0"])
     assert util == {"tensor": 0.25, "dma q0": 1.0}  # busy over device time, capped at 1

@@ -3,11 +3,12 @@
 A process writes one small JSON file, ``<pid>.json``, to a per-user directory (``$NEURON_TELEMETRY_DIR``, else
 ``$XDG_RUNTIME_DIR/neuron-telemetry``, else ``/tmp/neuron-telemetry-<uid>``), replacing it whole (write and rename,
 :func:`neuron_hal.cache.write_atomic`) so readers never see half a file, and removes it at exit. A file whose pid
-is no longer alive (the process was killed) is ignored. ``NEURON_TELEMETRY=0`` turns publishing off.
+is no longer alive (the process was killed), or now belongs to another process, is ignored. ``NEURON_TELEMETRY=0``
+turns publishing off.
 
-A record: ``pid``, ``command``, ``driver``, ``profile``, ``updated`` (Unix time), ``programs`` (executions run), and
-``cores``: per device index, ``device_ns`` (device time of its executions), ``engine_busy_ns`` (per engine),
-``programs``, ``allocated`` and ``reserved`` (bytes of device memory).
+A record: ``pid``, ``started`` (:func:`started`), ``command``, ``driver``, ``profile``, ``updated`` (Unix time),
+``programs`` (executions run), and ``cores``: per device index, ``device_ns`` (device time of its executions),
+``engine_busy_ns`` (per engine), ``programs``, ``allocated`` and ``reserved`` (bytes of device memory).
 """
 
 from __future__ import annotations
@@ -52,7 +53,20 @@ def remove(pid: int) -> None:
         pass
 
 
-def alive(pid: int) -> bool:
+def started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, Linux's /proc), None where that is not known: with it
+    a record of a dead process whose pid was reused is told from the new process's."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def alive(pid: int, start: int | None = None) -> bool:
+    """Whether ``pid`` runs, and (given ``start``, from :func:`started`) is the same process as then."""
+    if start is not None and started(pid) not in (None, start):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -72,7 +86,7 @@ def read_all() -> list[dict]:
             pid = int(record["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # being replaced, or not ours
-        if record.get("version") == VERSION and alive(pid):
+        if record.get("version") == VERSION and alive(pid, record.get("started")):
             records.append(record)
     return sorted(records, key=lambda r: r["pid"])
 

@@ -39,6 +39,7 @@ class Publisher:
         self.runtime = runtime
         self.period = period
         self.pid = os.getpid()
+        self.started = files.started(self.pid)
         self.command = " ".join(" ".join(getattr(sys, "orig_argv", sys.argv)).split()) or sys.executable  # one line
         self._lock = threading.Lock()
         self._cores: dict[int, dict] = defaultdict(lambda: {"device_ns": 0.0, "engine_busy_ns": defaultdict(float),
@@ -74,7 +75,7 @@ class Publisher:
             core = cores.setdefault(index, {"device_ns": 0.0, "engine_busy_ns": {}, "programs": 0})
             core["allocated"] = s.allocated_bytes.current if s else 0
             core["reserved"] = s.reserved_bytes.current if s else 0
-        return {"pid": self.pid, "command": self.command, "driver": self.runtime.driver.name,
+        return {"pid": self.pid, "started": self.started, "command": self.command, "driver": self.runtime.driver.name,
                 "profile": self.runtime.profile.name, "updated": time.time(), "programs": programs,
                 "cores": {str(i): c for i, c in sorted(cores.items())}}
 
