@@ -10,16 +10,20 @@ device_ns: defaultdict[str, float] = defaultdict(float)
 launches: Counter[str] = Counter()
 compile_counts: Counter[str] = Counter()  # graphs and fused regions compiled, program cache hits and misses
 observers: list = []  # callables (op, ns) told of every native op, e.g. an active profiler
+report_observers: list = []  # callables (op, ExecutionReport) told of every program launched, e.g. telemetry
 caches: dict = {}  # name -> bounded cache (neuron_kernels.lru.LRU) reported in metrics()["caches"]
 
 
-def record_native(op: str, ns: float, programs: int = 1) -> None:
+def record_native(op: str, ns: float, programs: int = 1, report=None) -> None:
     native_calls[op] += 1
     device_ns[op] += ns
     if programs:  # an op inside a compiled graph launches none of its own (the graph is the program)
         launches[op] += programs
     for observe in observers:
         observe(op, ns)
+    if report is not None and not report.in_graph:  # a graph's launches are reported as its one program
+        for observe in report_observers:
+            observe(op, report)
 
 
 def record_compile(event: str, n: int = 1) -> None:

@@ -10,6 +10,7 @@ from neuron_hal import get_driver
 
 from . import fallback
 from .allocator import CachingAllocator
+from .tools import telemetry
 
 
 class Runtime:
@@ -19,6 +20,7 @@ class Runtime:
         self.allocator = CachingAllocator(self.driver)
         self._opened: set[int] = set()
         self._queues: defaultdict[int, set[int]] = defaultdict(lambda: {0})  # device -> queues events have seen
+        self.telemetry = telemetry.start(self)  # for neuron-top / neuron-ls; off with NEURON_TELEMETRY=0
 
     @property
     def profile(self):

@@ -40,6 +40,6 @@ def as_one_program(kind: str, devices: tuple[int, ...], forward):
             for d, queue in opened:
                 report = driver.end_graph(d, queue)
                 if report is not None:
-                    record_native(op, report.device_ns)
+                    record_native(op, report.device_ns, report=report)
     run._boxed_call = True
     return run

@@ -183,7 +183,7 @@ def execute(op: str, launch: _Launch, args, kwargs, outs=None) -> list[torch.Ten
     device = launch.device.index
     stream = torch._C._accelerator_getStream(device).stream_id
     report = launch.driver.execute(device, launch.loaded, addresses, queue=stream)
-    record_native(op, report.device_ns, 0 if report.in_graph else 1)  # in a graph: the graph is the program
+    record_native(op, report.device_ns, 0 if report.in_graph else 1, report)  # in a graph: the graph is the program
     return [made[i] for i in launch.returns] if outs is None else list(outs)
 
 
