@@ -62,12 +62,26 @@ def test_profile_leaves_the_driver_as_it_was():
     driver = torch.neuron.runtime().driver
     with profile():
         assert "execute" in vars(driver)
-        with pytest.raises(RuntimeError, match="already active"):
-            profile().__enter__()
+        with profile():  # nested: the driver is wrapped once, and unwrapped by the outermost only
+            assert "execute" in vars(driver)
+        assert "execute" in vars(driver)
     assert "execute" not in vars(driver)
     _, work = _work()
     with record_function("outside a profile"):  # a no-op
         work()
+
+
+def test_nested_profiles_each_record_their_block():
+    _, work = _work()
+    with profile(instructions=False) as outer:
+        work()
+        with profile(instructions=False) as inner, record_function("inner step"):
+            work()
+        work()
+    assert len(outer.events) == 3 * len(inner.events) > 0
+    assert [e for e in outer.events if inner.events[0].start_ns <= e.start_ns <= inner.events[-1].start_ns] \
+        == inner.events
+    assert [r[0] for r in inner.ranges] == [r[0] for r in outer.ranges] == ["inner step"]
 
 
 

@@ -77,10 +77,42 @@ class KeyAverages(list):
         return "\n".join(lines)
 
 
+def _install(driver) -> None:
+    """While any profile is active, every program runs traced (when a profile wants instructions) and its report
+    goes to each active profile."""
+    untraced, untraced_graph = driver.execute, driver.end_graph
+
+    def wanted(trace: bool) -> bool:
+        return trace or any(p.instructions for p in profile._stack)
+
+    def deliver(report) -> None:
+        for p in profile._stack:
+            p._pending.append(report)
+
+    def execute(device, loaded, args, queue=0, trace=False):  # shadows the method on this instance only
+        report = untraced(device, loaded, args, queue=queue, trace=wanted(trace))
+        if not report.in_graph:  # a compiled graph's launches are timed as its one program (end_graph)
+            deliver(report)
+        return report
+
+    def end_graph(device, queue=0, trace=False):
+        report = untraced_graph(device, queue, trace=wanted(trace))
+        if report is not None:
+            deliver(report)
+        return report
+
+    driver.execute, driver.end_graph = execute, end_graph
+
+
+def _uninstall(driver) -> None:
+    del driver.execute, driver.end_graph  # the class's methods again
+
+
 class profile(contextlib.ContextDecorator):
     """Record the device programs run inside the ``with`` block (see the module docstring)."""
 
-    _active: profile | None = None
+    _stack: list[profile] = []  # the active profiles, outermost first: profiles nest (neuron-profile capture
+    # of a script that profiles its own steps), each recording what runs inside its block
 
     def __init__(self, instructions: bool = True):
         self.instructions = instructions
@@ -90,36 +122,19 @@ class profile(contextlib.ContextDecorator):
         self._pending: list = []
 
     def __enter__(self):
-        if profile._active is not None:
-            raise RuntimeError("a torch.neuron.profiler.profile is already active")
-        self._driver = driver = runtime().driver
-        untraced = driver.execute
-
-        untraced_graph = driver.end_graph
-
-        def execute(device, loaded, args, queue=0, trace=False):  # shadows the method on this instance only
-            report = untraced(device, loaded, args, queue=queue, trace=self.instructions or trace)
-            if not report.in_graph:  # a compiled graph's launches are timed as its one program (end_graph)
-                self._pending.append(report)
-            return report
-
-        def end_graph(device, queue=0, trace=False):
-            report = untraced_graph(device, queue, trace=self.instructions or trace)
-            if report is not None:
-                self._pending.append(report)
-            return report
-
-        driver.execute, driver.end_graph = execute, end_graph
+        if not profile._stack:
+            _install(runtime().driver)
+        profile._stack.append(self)
         native_observers.append(self._on_native)
         fallback_observers.append(self._on_fallback)
-        profile._active = self
         return self
 
     def __exit__(self, *exc):
-        del self._driver.execute, self._driver.end_graph  # the class's methods again
         native_observers.remove(self._on_native)
         fallback_observers.remove(self._on_fallback)
-        profile._active = None
+        profile._stack.remove(self)
+        if not profile._stack:
+            _uninstall(runtime().driver)
         return False
 
     def _on_native(self, op: str, ns: float) -> None:
@@ -179,9 +194,9 @@ class profile(contextlib.ContextDecorator):
 
 @contextlib.contextmanager
 def record_function(name: str, device=None):
-    """A named range on the device timeline (of the current stream) in the active profile, if any."""
-    prof = profile._active
-    if prof is None:
+    """A named range on the device timeline (of the current stream) in each active profile."""
+    active = list(profile._stack)
+    if not active:
         yield
         return
     index = _current_device() if device is None else device
@@ -189,7 +204,9 @@ def record_function(name: str, device=None):
     try:
         yield
     finally:
-        prof.ranges.append((name, index, start, runtime().timeline(index, _stream(index))))
+        end = runtime().timeline(index, _stream(index))
+        for prof in active:
+            prof.ranges.append((name, index, start, end))
 
 
 def _us(ns: float) -> str:

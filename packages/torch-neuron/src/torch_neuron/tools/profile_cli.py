@@ -44,12 +44,8 @@ def _capture_script(script: str, argv: list[str], instructions: bool) -> tuple[d
                 runpy.run_path(script, run_name="__main__")
             except SystemExit as e:
                 status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            except Exception as e:
+            except Exception:
                 traceback.print_exc()
-                if isinstance(e, RuntimeError) and "already active" in str(e):
-                    print("neuron-profile: the script starts its own torch.neuron.profiler.profile, and profiles do "
-                          "not nest; capture runs the whole script under one (what ran before it is kept)",
-                          file=sys.stderr)
                 status = 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
