@@ -17,6 +17,8 @@
   PrivateUse1 one, so device-generic compile code failed with "No interface for device neuron". Importing
   Dynamo when torch loads this backend would cost every ``import torch`` about a second: neuron's interface
   (``device_interface.py``) is registered when ``torch._dynamo.device_interface`` is first imported.
+- Transformers and Accelerate detect a neuron device by the import name ``torch_neuronx`` (AWS's package) and then
+  use only ``torch.neuron``: ``torch_neuronx_compat.py`` answers that name when, and only when, nothing else does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import time
 
 import torch
 import torch._tensor_str as tensor_str
+
+from . import torch_neuronx_compat
 
 _SHARE_IMPL = ("cpu", "neuron")
 
@@ -95,3 +99,4 @@ def register(lib) -> None:
     if not hasattr(tensor_str._tensor_str, "__wrapped__"):
         tensor_str._tensor_str = _format_on_host(tensor_str._tensor_str)
     atexit.register(_let_autograd_threads_finish)
+    torch_neuronx_compat.register()
