@@ -88,13 +88,13 @@ def test_accelerator_picks_neuron_and_bf16_without_env():
 
     with detected():
         acc = Accelerator(mixed_precision="bf16")
-        linear = torch.nn.Linear(8, 4)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
         computed = []  # the prepared model's forward casts its output back to float32: look inside
-        linear.register_forward_hook(lambda mod, args, out: computed.append(out.dtype))
-        model = acc.prepare(linear)
+        model[0].register_forward_hook(lambda mod, args, out: computed.append(out.dtype))
+        model = acc.prepare(model)
         out = model(torch.randn(2, 8, device=acc.device))
         assert acc.device.type == "neuron" and acc.mixed_precision == "bf16"
-    assert model.weight.device.type == "neuron" and out.device.type == "neuron" and computed == [torch.bfloat16]
+    assert model[0].weight.device.type == "neuron" and out.device.type == "neuron" and computed == [torch.bfloat16]
 
 
 def trainer_losses(bf16, lora=False, **kw):
