@@ -177,3 +177,60 @@ def test_diffusers_pipeline_to_detected_device():
                          output_type="pt").images.cpu()
     assert pipe.device.type == "neuron"
     torch.testing.assert_close(images[dev], images["cpu"], **FP32)
+
+
+def test_transformers_pipeline_device_index_means_neuron():
+    from transformers import pipeline
+    from test_huggingface import tiny_llama, word_tokenizer
+
+    tok = word_tokenizer()
+    model = tiny_llama(len(tok), pad_token_id=0, bos_token_id=1, eos_token_id=2).eval()
+    ids = tok("the cat sat", return_tensors="pt").input_ids
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=4, do_sample=False)
+    pipe = pipeline("text-generation", model=model, tokenizer=tok, device=0)
+    assert pipe.device == torch.device("neuron", 0) and model.device == torch.device("neuron", 0)
+    with native("mm"):
+        out = pipe("the cat sat", max_new_tokens=4, do_sample=False, return_tensors=True)
+    assert out[0]["generated_token_ids"] == want[0].tolist()
+    assert pipeline("text-generation", model=model.cpu(), tokenizer=tok, device=-1).device.type == "cpu"
+
+
+LAUNCHED = """
+import torch
+from accelerate import Accelerator
+
+acc = Accelerator()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+computed = []
+model[0].register_forward_hook(lambda mod, args, out: computed.append(out.dtype))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+x, y = torch.randn(32, 8, device=acc.device), torch.randn(32, 1, device=acc.device)
+losses = []
+for _ in range(5):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    acc.backward(loss)
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+graphs = torch.neuron.metrics()["compile"].get("forward_graphs", 0)
+print(acc.device.type, acc.mixed_precision, computed[0], losses[-1] < losses[0], graphs > 0)
+"""
+
+
+def test_accelerate_launch_bf16_dynamo(tmp_path):
+    """``accelerate launch --mixed_precision bf16 --dynamo_backend inductor script.py`` (one process): the script's
+    ``Accelerator()`` finds neuron and bf16 autocast, its model is compiled (Inductor's graphs on neuron go to the
+    neuron backend: ``inductor_route``; the launcher's ``--dynamo_backend`` list has no ``neuron``), and it trains."""
+    pytest.importorskip("accelerate", reason="accelerate is not installed")
+    script = tmp_path / "train.py"
+    script.write_text(LAUNCHED)
+    env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_TORCH_DEVICE"}
+    env["HF_HOME"] = str(tmp_path)  # no accelerate config file of the machine's
+    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1",
+                          "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "inductor",
+                          str(script)], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-5:] == ["neuron", "bf16", "torch.bfloat16", "True", "True"]
