@@ -111,6 +111,8 @@ def trainer_losses(bf16, lora=False, **kw):
                                  bf16=bf16, use_cpu=kw.pop("use_cpu", False), **kw)
         trainer = Trainer(model=model, args=args, train_dataset=data)
         trainer.train()
+        if kw.get("torch_compile"):
+            assert args.torch_compile_backend == "neuron"  # Transformers' own default once it detects neuron
     return next(trainer.model.parameters()).device, [h["loss"] for h in trainer.state.log_history if "loss" in h]
 
 
@@ -142,13 +144,16 @@ def test_trainer_fp16_is_refused_by_accelerate_for_neuron():
         trainer_losses(False, fp16=True)
 
 
-def test_trainer_torch_compile_defaults_to_neuron_backend():
+def test_trainer_bf16_torch_compile_defaults_to_neuron_backend():
     pytest.importorskip("accelerate", reason="accelerate is not installed")
-    from transformers import TrainingArguments
-
-    with detected(), tempfile.TemporaryDirectory() as d:
-        args = TrainingArguments(output_dir=d, torch_compile=True, bf16=True, report_to=[])
-        assert args.torch_compile_backend == "neuron" and args.device.type == "neuron"
+    torch._dynamo.reset()
+    with detected("cpu"):
+        _, want = trainer_losses(True, use_cpu=True)
+    torch.neuron.reset_metrics()
+    with detected():
+        device, got = trainer_losses(True, torch_compile=True)
+    assert device.type == "neuron" and torch.neuron.metrics()["compile"].get("forward_graphs", 0) > 0
+    torch.testing.assert_close(got, want, **BF16)
 
 
 def test_trl_sft_trainer_default_bf16_picks_neuron():
