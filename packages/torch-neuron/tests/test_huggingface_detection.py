@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 import torch
-from test_huggingface import BF16, FP32, sft_run, tiny_unet, trainer_task
+from test_huggingface import BF16, FP32, sft_run, tiny_llama, tiny_unet, trainer_task, word_tokenizer
 from torch_neuron_testing.native import native
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -54,7 +54,7 @@ def test_compat_module_exposes_nothing_of_aws_api():
     assert torch_neuronx.__torch_neuron_compat__
     assert not hasattr(torch_neuronx, "trace")
     with pytest.raises(AttributeError, match="torch-neuron's compatibility module"):
-        torch_neuronx.trace
+        _ = torch_neuronx.trace
     with pytest.raises(ModuleNotFoundError, match="torch-neuron's compatibility module"):
         import torch_neuronx.xla_impl  # noqa: F401
 
@@ -186,7 +186,6 @@ def test_diffusers_pipeline_to_detected_device():
 
 def test_transformers_pipeline_device_index_means_neuron():
     from transformers import pipeline
-    from test_huggingface import tiny_llama, word_tokenizer
 
     tok = word_tokenizer()
     model = tiny_llama(len(tok), pad_token_id=0, bos_token_id=1, eos_token_id=2).eval()
