@@ -182,7 +182,7 @@ def word_tokenizer():
                                    unk_token="<unk>")
 
 
-def sft_run(dev):
+def sft_run(dev, bf16=False):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -190,11 +190,10 @@ def sft_run(dev):
     model = tiny_llama(len(tok), pad_token_id=0, bos_token_id=1, eos_token_id=2)
     texts = ["the cat sat on the mat", "a dog ran to the park", "the big red cat", "a small blue dog sat"] * 4
     with tempfile.TemporaryDirectory() as d:
-        # bf16=False: SFTConfig defaults to bf16, which Transformers refuses on a device it does not detect as
-        # bf16-capable (it detects Neuron only through the torch_neuronx package)
+        # bf16=False by default: SFTConfig's own default is bf16 (test_huggingface_detection runs that)
         args = SFTConfig(output_dir=d, max_steps=5, per_device_train_batch_size=4, learning_rate=1e-2, logging_steps=1,
                          report_to=[], save_strategy="no", use_cpu=dev == "cpu", seed=0, max_length=16,
-                         disable_tqdm=True, bf16=False)
+                         disable_tqdm=True, bf16=bf16)
         trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": texts}),
                              processing_class=tok)
         trainer.train()

@@ -17,6 +17,12 @@
   PrivateUse1 one, so device-generic compile code failed with "No interface for device neuron". Importing
   Dynamo when torch loads this backend would cost every ``import torch`` about a second: neuron's interface
   (``device_interface.py``) is registered when ``torch._dynamo.device_interface`` is first imported.
+- Transformers and Accelerate detect a neuron device by the import name ``torch_neuronx`` (AWS's package) and then
+  use only ``torch.neuron``: ``torch_neuronx_compat.py`` answers that name when, and only when, nothing else does.
+- ``torch.compile``'s default backend is Inductor, which cannot compile neuron tensors: ``inductor_route.py`` sends
+  graphs on neuron to the neuron backend.
+- ``transformers.pipeline(device=0)`` maps the index through a fixed list of device types without neuron and
+  silently ran on the CPU: ``transformers_pipeline.py`` makes the index mean ``neuron:<index>``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import time
 
 import torch
 import torch._tensor_str as tensor_str
+
+from . import inductor_route, torch_neuronx_compat, transformers_pipeline
 
 _SHARE_IMPL = ("cpu", "neuron")
 
@@ -95,3 +103,6 @@ def register(lib) -> None:
     if not hasattr(tensor_str._tensor_str, "__wrapped__"):
         tensor_str._tensor_str = _format_on_host(tensor_str._tensor_str)
     atexit.register(_let_autograd_threads_finish)
+    torch_neuronx_compat.register()
+    inductor_route.register()
+    transformers_pipeline.register(after_import)
