@@ -2,12 +2,15 @@
 (the simulator against published Trainium measurements), zoo (the Transformers model zoo), torchtitan (TorchTitan's
 debug model on 2 neuron ranks against CPU/gloo), fuzz (the long differential fuzzing profile)."""
 
+import hashlib
 import os
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["test"]
 nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"  # a rerun on the same clone reuses its environment (see install)
 
 PYTHON = "3.11"
 PACKAGES = ["packages/neuron-hal", "packages/neuron-sim", "packages/neuron-kernels", "packages/torch-neuron"]
@@ -15,7 +18,26 @@ TESTS = [f"{p}/tests" for p in PACKAGES]
 
 
 def install(session, *extra):
+    """The packages and ``extra`` into the session's environment, skipped when the environment already holds
+    exactly these sources and pins (a rerun of `nox -s demo` on the same clone starts in seconds)."""
+    stamp = Path(session.virtualenv.location) / ".torch-neuron-installed"
+    want = _fingerprint(extra)
+    if stamp.exists() and stamp.read_text() == want:
+        session.log("packages and pins unchanged since this environment was installed: not reinstalling")
+        return
     session.install("-c", "constraints.txt", *PACKAGES, *extra)
+    stamp.write_text(want)
+
+
+def _fingerprint(extra) -> str:
+    """A digest of the pins, the extra requirements and every file of the packages' sources and metadata."""
+    digest = hashlib.sha256(Path("constraints.txt").read_bytes() + "\0".join(extra).encode())
+    for package in PACKAGES:
+        for path in sorted(Path(package).rglob("*")):
+            if path.is_file() and "tests" not in path.parts and "__pycache__" not in path.parts \
+                    and ".egg-info" not in str(path) and "build" not in path.parts:
+                digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 # PyTorch's own test databases on neuron (op_db / module_db / optim_db against the CPU) are among the tests, every

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -45,7 +46,7 @@ def load(csrc: Path = CSRC, name: str = "torch_neuron_C", prefix: str = "torch")
         # import forever; an flock dies with its holder, and whoever holds it may clear that stale file
         fcntl.flock(held, fcntl.LOCK_EX)
         (path / "lock").unlink(missing_ok=True)
-        with _own_ninja_first():
+        with _own_ninja_first(), _announced(path, name):
             return cpp_extension.load(
                 name=name,
                 sources=[str(p) for p in _sources(csrc) if p.suffix == ".cpp"],
@@ -53,6 +54,20 @@ def load(csrc: Path = CSRC, name: str = "torch_neuron_C", prefix: str = "torch")
                 extra_cflags=["-O2", "-DTORCH_NEURON"],
                 verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
             )
+
+
+@contextlib.contextmanager
+def _announced(path: Path, name: str):
+    """Say so on stderr when the extension is compiled rather than loaded (the first ``import torch`` of a checkout,
+    or after its C++ sources or torch changed: minutes on a small machine, which would otherwise pass in silence)."""
+    if (path / f"{name}.so").exists():
+        yield
+        return
+    start = time.monotonic()
+    print(f"torch-neuron: compiling its C++ core {name} (once per checkout and torch version; a few minutes on 2 "
+          f"cores) in {path} ...", file=sys.stderr, flush=True)
+    yield
+    print(f"torch-neuron: {name} built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
