@@ -142,3 +142,48 @@ def adaptive_windows(sizes, outs) -> Windows:
         bounds = [adaptive_bounds(n, m) for n, m in zip(sizes, outs)]
         return Windows(key, sizes, outs, bounds, [hi - lo for lo, hi in bounds])
     return _cached(key, build)
+
+
+def max_taps(n: int, m: int, k: int, s: int, p: int, d: int):
+    """max_pool's taps along one dim: int64 [m, k] input positions o * s - p + j * d, and which are inside."""
+    taps = (torch.arange(m, dtype=torch.int64) * s - p)[:, None] + torch.arange(k, dtype=torch.int64) * d
+    return taps, (taps >= 0) & (taps < n)
+
+
+class MaxWindows:
+    """The taps of one max_pool signature as ``window_max`` reads them: a [O, K] table of flat offsets in
+    aten's visiting order (row-major over the kernel), taps in the padding pointing at the appended -inf
+    element S. Dilated windows are not boxes, so this is not a ``Windows``."""
+
+    def __init__(self, key: tuple, sizes, outs, k, s, p, d):
+        self.key, self.sizes, self.outs = key, tuple(sizes), tuple(outs)
+        self.S, self.O, self.K = math.prod(sizes), math.prod(outs), math.prod(k)
+        self.dims = [max_taps(*a) for a in zip(sizes, outs, k, s, p, d)]
+        self.fits = max(self.O * self.K, self.S + 1) < TABLE_LIMIT
+
+    def _table(self) -> torch.Tensor:
+        nd = len(self.sizes)
+        strides = [math.prod(self.sizes[i + 1:]) for i in range(nd)]
+        flat = torch.zeros((), dtype=torch.int64)
+        valid = torch.ones((), dtype=torch.bool)
+        for i, (taps, inside) in enumerate(self.dims):
+            shape = [1] * (2 * nd)
+            shape[i], shape[nd + i] = taps.shape
+            flat = flat + (taps * strides[i]).reshape(shape)
+            valid = valid & inside.reshape(shape)
+        return torch.where(valid, flat, self.S).reshape(self.O * self.K)
+
+    def gather(self, device) -> torch.Tensor:
+        return constant(("maxpool_fwd", self.key), device, lambda: self._table().to(torch.int32))
+
+    def offsets(self, device) -> torch.Tensor:
+        return constant(("maxpool_off", self.key), device, self._table)
+
+    def row_starts(self, device) -> torch.Tensor:
+        return constant(("pool_rows", self.O, self.K), device,
+                        lambda: torch.arange(self.O, dtype=torch.int32) * self.K)
+
+
+def max_windows(sizes, outs, k, s, p, d) -> MaxWindows:
+    key = ("max", tuple(sizes), tuple(outs), tuple(k), tuple(s), tuple(p), tuple(d))
+    return _cached(key, lambda: MaxWindows(key, sizes, outs, k, s, p, d))
