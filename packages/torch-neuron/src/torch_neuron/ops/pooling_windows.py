@@ -152,8 +152,8 @@ def max_taps(n: int, m: int, k: int, s: int, p: int, d: int):
 
 class MaxWindows:
     """The taps of one max_pool signature as ``window_max`` reads them: a [O, K] table of flat offsets in
-    aten's visiting order (row-major over the kernel), taps in the padding pointing at the appended -inf
-    element S. Dilated windows are not boxes, so this is not a ``Windows``."""
+    aten's visiting order (row-major over the kernel), then the taps in the padding, pointing at the
+    appended -inf element S. Dilated windows are not boxes, so this is not a ``Windows``."""
 
     def __init__(self, key: tuple, sizes, outs, k, s, p, d):
         self.key, self.sizes, self.outs = key, tuple(sizes), tuple(outs)
@@ -171,7 +171,11 @@ class MaxWindows:
             shape[i], shape[nd + i] = taps.shape
             flat = flat + (taps * strides[i]).reshape(shape)
             valid = valid & inside.reshape(shape)
-        return torch.where(valid, flat, self.S).reshape(self.O * self.K)
+        valid = valid.expand(flat.shape).reshape(self.O, self.K)
+        flat = torch.where(valid, flat.reshape(self.O, self.K), self.S)
+        # padding taps last, the others in order: a window of -inf only picks its first real tap, as aten
+        order = torch.sort((~valid).to(torch.uint8), dim=1, stable=True).indices
+        return flat.gather(1, order).reshape(self.O * self.K)
 
     def gather(self, device) -> torch.Tensor:
         return constant(("maxpool_fwd", self.key), device, lambda: self._table().to(torch.int32))
