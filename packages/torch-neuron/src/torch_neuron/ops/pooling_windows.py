@@ -87,19 +87,14 @@ class Windows:
         return constant(("pool_fwd", self.key), device,
                         lambda: table(self.bounds, self.sizes).reshape(-1).to(torch.int32))
 
-    def offsets(self, device) -> torch.Tensor:
-        """int64 [O * K]: the forward table as the int64 flat indices aten returns."""
-        return constant(("pool_off", self.key), device, lambda: table(self.bounds, self.sizes).reshape(-1))
+    def float_offsets(self, device) -> torch.Tensor:
+        """float32 [O, K]: the forward table's flat input indices (exact: below TABLE_LIMIT)."""
+        return constant(("pool_off", self.key), device, lambda: table(self.bounds, self.sizes).float())
 
     def scatter(self, device) -> torch.Tensor:
         """int32 [S * KT]: for each input position, the outputs that read it (padded with O)."""
         return constant(("pool_bwd", self.key), device,
                         lambda: table(self.back, self.outs).reshape(-1).to(torch.int32))
-
-    def row_starts(self, device) -> torch.Tensor:
-        """int32 [O]: o * K, the start of each output's row in the flattened table."""
-        return constant(("pool_rows", self.O, self.K), device,
-                        lambda: torch.arange(self.O, dtype=torch.int32) * self.K)
 
     def divisors(self, device, override=None) -> torch.Tensor:
         """float32 [O]: the product of the per-dim factors (or aten's divisor_override)."""
@@ -180,12 +175,8 @@ class MaxWindows:
     def gather(self, device) -> torch.Tensor:
         return constant(("maxpool_fwd", self.key), device, lambda: self._table().to(torch.int32))
 
-    def offsets(self, device) -> torch.Tensor:
-        return constant(("maxpool_off", self.key), device, self._table)
-
-    def row_starts(self, device) -> torch.Tensor:
-        return constant(("pool_rows", self.O, self.K), device,
-                        lambda: torch.arange(self.O, dtype=torch.int32) * self.K)
+    def float_offsets(self, device) -> torch.Tensor:
+        return constant(("maxpool_off", self.key), device, lambda: self._table().view(self.O, self.K).float())
 
 
 def max_windows(sizes, outs, k, s, p, d) -> MaxWindows:
