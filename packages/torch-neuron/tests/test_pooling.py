@@ -242,3 +242,15 @@ def test_MaxPool2d_module_and_errors():
     compare(m, x, ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"])
     with pytest.raises(RuntimeError, match="pad should be at most half"):
         F.max_pool2d(torch.randn(1, 1, 4, 4).to("neuron"), 2, 2, 2)
+
+
+def test_MaxPool2d_backward_indices_not_from_the_forward():
+    """The backward adds each gradient at its index even when the index lies outside the output's window
+    (aten does): the gathered backward sees a miss and takes the scatter."""
+    x, grad = torch.randn(2, 3, 6, 6), torch.randn(2, 3, 3, 3)
+    idx = torch.randint(0, 36, (2, 3, 3, 3))
+    want = torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+    with native("max_pool2d_with_indices_backward"):
+        got = torch.ops.aten.max_pool2d_with_indices_backward(grad.to("neuron"), x.to("neuron"), [2, 2], [2, 2],
+                                                              [0, 0], [1, 1], False, idx.to("neuron"))
+    torch.testing.assert_close(got.cpu(), want)

@@ -178,6 +178,28 @@ class MaxWindows:
     def float_offsets(self, device) -> torch.Tensor:
         return constant(("maxpool_off", self.key), device, lambda: self._table().view(self.O, self.K).float())
 
+    def readers(self, device) -> tuple[torch.Tensor, int]:
+        """(int32 [S * C], C): for each input position, the flat outputs whose taps hold it, ascending, padded
+        with O (a backward's gather table), and C, the most any position has."""
+        def build():
+            per_dim = []
+            for (taps, inside), m in zip(self.dims, self.outs):
+                n = self.sizes[len(per_dim)]
+                hit = (taps[None, :, :] == torch.arange(n)[:, None, None]) & inside[None]  # [n, m, k]
+                holds = hit.any(2)  # [n, m]
+                c = max(1, int(holds.sum(1).max()))
+                o = torch.where(holds, torch.arange(m), m).sort(1).values[:, :c]
+                per_dim.append((o, o < m))
+            nd, strides = len(self.outs), [math.prod(self.outs[i + 1:]) for i in range(len(self.outs))]
+            flat, valid = torch.zeros((), dtype=torch.int64), torch.ones((), dtype=torch.bool)
+            for i, (o, ok) in enumerate(per_dim):
+                shape = [1] * (2 * nd)
+                shape[i], shape[nd + i] = o.shape
+                flat, valid = flat + (o * strides[i]).reshape(shape), valid & ok.reshape(shape)
+            return torch.where(valid, flat, self.O).reshape(self.S, -1)
+        t = constant(("maxpool_bwd", self.key), device, lambda: build().reshape(-1).to(torch.int32))
+        return t, t.numel() // self.S
+
 
 def max_windows(sizes, outs, k, s, p, d) -> MaxWindows:
     key = ("max", tuple(sizes), tuple(outs), tuple(k), tuple(s), tuple(p), tuple(d))
