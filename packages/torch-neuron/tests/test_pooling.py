@@ -188,3 +188,69 @@ def test_max_pool3d_backward(args):
     torch.manual_seed(len(args))
     x = torch.randn(2, 3, 5, 6, 7).round()  # ties: the forward's first index gets the gradient
     compare(lambda t: F.max_pool3d(t, *args, return_indices=True), x, ["max_pool3d_with_indices_backward"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(nd=st.sampled_from([1, 2, 3]), data=st.data())
+def test_MaxPool_matches_cpu(nd, data):
+    """max_pool1d/2d/3d with indices (kernel, stride, padding, dilation, ceil_mode) and the 2-d backward:
+    values and int64 indices exactly as the CPU's, ties (rounded inputs) and NaN/-inf included."""
+    k = data.draw(st.lists(st.integers(1, 3), min_size=nd, max_size=nd), label="kernel")
+    s = data.draw(st.lists(st.integers(1, 3), min_size=nd, max_size=nd), label="stride")
+    p = [data.draw(st.integers(0, ki // 2), label="pad") for ki in k]
+    d = data.draw(st.lists(st.integers(1, 2), min_size=nd, max_size=nd), label="dilation")
+    sizes = [data.draw(st.integers(d_ * (ki - 1) + 1, d_ * (ki - 1) + 6), label="size") for ki, d_ in zip(k, d)]
+    lead = data.draw(st.sampled_from([(2, 3), (3,)]), label="lead")
+    ceil_mode = data.draw(st.booleans(), label="ceil_mode")
+    special = data.draw(st.sampled_from(["none", "ties", "nan", "-inf"]), label="special")
+    torch.manual_seed(math.prod(sizes))
+    x = torch.randn(*lead, *sizes)
+    if special == "ties":
+        x = x.round()
+    elif special != "none":
+        x.view(-1)[torch.randperm(x.numel())[: max(1, x.numel() // 5)]] = float(special)
+    fn = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nd]
+    aten_nd = _aten_nd(nd)
+    grad = aten_nd == 2 and special in ("none", "ties")  # a NaN's gradient compares NaN to NaN: values only
+    back = [f"max_pool{aten_nd}d_with_indices_backward"] if grad else []
+    compare(lambda t: fn(t, k, s, p, d, ceil_mode, return_indices=True), x, [f"max_pool{aten_nd}d_with_indices", *back],
+            grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_MaxPool2d_reduced_precision(dtype):
+    x = torch.randn(2, 3, 9, 8).to(dtype)
+    compare(lambda t: F.max_pool2d(t, 3, 2, 1, return_indices=True), x,
+            ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"], tol=1e-2)
+
+
+def test_MaxPool2d_channels_last():
+    """A channels_last input gives channels_last values and indices, as on the CPU."""
+    x = torch.randn(2, 5, 8, 7).contiguous(memory_format=torch.channels_last)
+    want = F.max_pool2d(x, 2, return_indices=True)
+    with native("max_pool2d_with_indices"):
+        got = F.max_pool2d(x.to("neuron"), 2, return_indices=True)
+    for g, w in zip(got, want):
+        assert g.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(g.cpu(), w)
+    compare(lambda t: F.max_pool2d(t, 3, 1, 1), x, ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"])
+
+
+def test_MaxPool2d_module_and_errors():
+    m = torch.nn.MaxPool2d(3, stride=2, padding=1)
+    x = torch.randn(3, 10, 10)  # unbatched
+    compare(m, x, ["max_pool2d_with_indices", "max_pool2d_with_indices_backward"])
+    with pytest.raises(RuntimeError, match="pad should be at most half"):
+        F.max_pool2d(torch.randn(1, 1, 4, 4).to("neuron"), 2, 2, 2)
+
+
+def test_MaxPool2d_backward_indices_not_from_the_forward():
+    """The backward adds each gradient at its index even when the index lies outside the output's window
+    (aten does): the gathered backward sees a miss and takes the scatter."""
+    x, grad = torch.randn(2, 3, 6, 6), torch.randn(2, 3, 3, 3)
+    idx = torch.randint(0, 36, (2, 3, 3, 3))
+    want = torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+    with native("max_pool2d_with_indices_backward"):
+        got = torch.ops.aten.max_pool2d_with_indices_backward(grad.to("neuron"), x.to("neuron"), [2, 2], [2, 2],
+                                                              [0, 0], [1, 1], False, idx.to("neuron"))
+    torch.testing.assert_close(got.cpu(), want)

@@ -31,7 +31,7 @@ from .checks import meta_result
 from .common import check_cast
 from .compose import write_outs
 from .oncpu import on_cpu
-from .registry import LIB
+from .registry import LIB, scoped
 
 _COMPOSITE = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 _REDUCED = (torch.bfloat16, torch.float16)
@@ -201,7 +201,7 @@ def register() -> list[torch._ops.OpOverload]:
     for op, decomposition in decomposition_table.items():
         if isinstance(op, torch._ops.OpOverload) and eligible(op) and _callable_without_outs(
                 decomposition, _writes(op)[0]):
-            LIB.impl(op, _kernel(op, decomposition), "PrivateUse1")
+            LIB.impl(op, scoped(op._schema.name.split("::")[1], _kernel(op, decomposition)), "PrivateUse1")
             done.append(op)
     return done
 

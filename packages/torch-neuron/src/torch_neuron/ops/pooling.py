@@ -81,9 +81,12 @@ def window_max(op: str, x2: torch.Tensor, win: Windows) -> tuple[torch.Tensor, t
         score = ew(op, elementwise.where, ew(op, elementwise.ne, w, w), where, -1.0)
         last = _low_words(run(op, reduce.argmax, score, 2)[0])  # positions are distinct: the last NaN
         local = ew(op, elementwise.where, nan, last, local)
-    key = ew(op, elementwise.add, local, win.row_starts(dev))
-    idx = run(op, movement.index_select, win.offsets(dev), 0, key.reshape(-1))[0]
-    return values, idx.view(values.shape)
+    # the winning tap's flat input index: a one-hot pick from the [O, K] table (exact in float32, see
+    # TABLE_LIMIT), far cheaper than gathering one table element per output
+    taps = constant(("pool_taps", win.K), dev, lambda: torch.arange(win.K, dtype=torch.int32))
+    hit = ew(op, elementwise.eq, local.view(*values.shape, 1), taps)
+    flat = run(op, reduce.sum, ew(op, elementwise.where, hit, win.float_offsets(dev), 0.0), 2)[0]
+    return values, flat.to(torch.int64)
 
 
 def max_backward(op, name: str, nd: int, args: tuple):

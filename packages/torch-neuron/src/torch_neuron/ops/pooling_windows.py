@@ -87,19 +87,14 @@ class Windows:
         return constant(("pool_fwd", self.key), device,
                         lambda: table(self.bounds, self.sizes).reshape(-1).to(torch.int32))
 
-    def offsets(self, device) -> torch.Tensor:
-        """int64 [O * K]: the forward table as the int64 flat indices aten returns."""
-        return constant(("pool_off", self.key), device, lambda: table(self.bounds, self.sizes).reshape(-1))
+    def float_offsets(self, device) -> torch.Tensor:
+        """float32 [O, K]: the forward table's flat input indices (exact: below TABLE_LIMIT)."""
+        return constant(("pool_off", self.key), device, lambda: table(self.bounds, self.sizes).float())
 
     def scatter(self, device) -> torch.Tensor:
         """int32 [S * KT]: for each input position, the outputs that read it (padded with O)."""
         return constant(("pool_bwd", self.key), device,
                         lambda: table(self.back, self.outs).reshape(-1).to(torch.int32))
-
-    def row_starts(self, device) -> torch.Tensor:
-        """int32 [O]: o * K, the start of each output's row in the flattened table."""
-        return constant(("pool_rows", self.O, self.K), device,
-                        lambda: torch.arange(self.O, dtype=torch.int32) * self.K)
 
     def divisors(self, device, override=None) -> torch.Tensor:
         """float32 [O]: the product of the per-dim factors (or aten's divisor_override)."""
@@ -142,3 +137,70 @@ def adaptive_windows(sizes, outs) -> Windows:
         bounds = [adaptive_bounds(n, m) for n, m in zip(sizes, outs)]
         return Windows(key, sizes, outs, bounds, [hi - lo for lo, hi in bounds])
     return _cached(key, build)
+
+
+def max_taps(n: int, m: int, k: int, s: int, p: int, d: int):
+    """max_pool's taps along one dim: int64 [m, k] input positions o * s - p + j * d, and which are inside."""
+    taps = (torch.arange(m, dtype=torch.int64) * s - p)[:, None] + torch.arange(k, dtype=torch.int64) * d
+    return taps, (taps >= 0) & (taps < n)
+
+
+class MaxWindows:
+    """The taps of one max_pool signature as ``window_max`` reads them: a [O, K] table of flat offsets in
+    aten's visiting order (row-major over the kernel), then the taps in the padding, pointing at the
+    appended -inf element S. Dilated windows are not boxes, so this is not a ``Windows``."""
+
+    def __init__(self, key: tuple, sizes, outs, k, s, p, d):
+        self.key, self.sizes, self.outs = key, tuple(sizes), tuple(outs)
+        self.S, self.O, self.K = math.prod(sizes), math.prod(outs), math.prod(k)
+        self.dims = [max_taps(*a) for a in zip(sizes, outs, k, s, p, d)]
+        self.fits = max(self.O * self.K, self.S + 1) < TABLE_LIMIT
+
+    def _table(self) -> torch.Tensor:
+        nd = len(self.sizes)
+        strides = [math.prod(self.sizes[i + 1:]) for i in range(nd)]
+        flat = torch.zeros((), dtype=torch.int64)
+        valid = torch.ones((), dtype=torch.bool)
+        for i, (taps, inside) in enumerate(self.dims):
+            shape = [1] * (2 * nd)
+            shape[i], shape[nd + i] = taps.shape
+            flat = flat + (taps * strides[i]).reshape(shape)
+            valid = valid & inside.reshape(shape)
+        valid = valid.expand(flat.shape).reshape(self.O, self.K)
+        flat = torch.where(valid, flat.reshape(self.O, self.K), self.S)
+        # padding taps last, the others in order: a window of -inf only picks its first real tap, as aten
+        order = torch.sort((~valid).to(torch.uint8), dim=1, stable=True).indices
+        return flat.gather(1, order).reshape(self.O * self.K)
+
+    def gather(self, device) -> torch.Tensor:
+        return constant(("maxpool_fwd", self.key), device, lambda: self._table().to(torch.int32))
+
+    def float_offsets(self, device) -> torch.Tensor:
+        return constant(("maxpool_off", self.key), device, lambda: self._table().view(self.O, self.K).float())
+
+    def readers(self, device) -> tuple[torch.Tensor, int]:
+        """(int32 [S * C], C): for each input position, the flat outputs whose taps hold it, ascending, padded
+        with O (a backward's gather table), and C, the most any position has."""
+        def build():
+            per_dim = []
+            for (taps, inside), m in zip(self.dims, self.outs):
+                n = self.sizes[len(per_dim)]
+                hit = (taps[None, :, :] == torch.arange(n)[:, None, None]) & inside[None]  # [n, m, k]
+                holds = hit.any(2)  # [n, m]
+                c = max(1, int(holds.sum(1).max()))
+                o = torch.where(holds, torch.arange(m), m).sort(1).values[:, :c]
+                per_dim.append((o, o < m))
+            nd, strides = len(self.outs), [math.prod(self.outs[i + 1:]) for i in range(len(self.outs))]
+            flat, valid = torch.zeros((), dtype=torch.int64), torch.ones((), dtype=torch.bool)
+            for i, (o, ok) in enumerate(per_dim):
+                shape = [1] * (2 * nd)
+                shape[i], shape[nd + i] = o.shape
+                flat, valid = flat + (o * strides[i]).reshape(shape), valid & ok.reshape(shape)
+            return torch.where(valid, flat, self.O).reshape(self.S, -1)
+        t = constant(("maxpool_bwd", self.key), device, lambda: build().reshape(-1).to(torch.int32))
+        return t, t.numel() // self.S
+
+
+def max_windows(sizes, outs, k, s, p, d) -> MaxWindows:
+    key = ("max", tuple(sizes), tuple(outs), tuple(k), tuple(s), tuple(p), tuple(d))
+    return _cached(key, lambda: MaxWindows(key, sizes, outs, k, s, p, d))

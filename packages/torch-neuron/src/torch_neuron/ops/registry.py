@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from ..metrics import record_native
+from ..metrics import attributed, record_native
 
 LIB = torch.library.Library("aten", "IMPL")
 
@@ -14,10 +16,21 @@ def impl(*names: str):
 
     def register(fn):
         for name in names:
-            LIB.impl(name, fn, "PrivateUse1")
+            LIB.impl(name, scoped(name.split(".")[0], fn), "PrivateUse1")
         return fn
 
     return register
+
+
+def scoped(op: str, fn):
+    """``fn`` as op ``op``'s kernel: the device time of what it dispatches is charged to ``op`` (``attributed``)."""
+
+    @functools.wraps(fn)
+    def kernel(*args, **kwargs):
+        with attributed(op):
+            return fn(*args, **kwargs)
+
+    return kernel
 
 
 def note_native(op: str, ns: float = 0.0) -> None:
