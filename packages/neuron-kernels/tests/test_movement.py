@@ -363,6 +363,17 @@ def test_gather(draw, dtype):
                                                                      for k, n in enumerate(ish))], index, dim))
 
 
+@pytest.mark.parametrize("n", [17023, 128 * 140 - 3])
+def test_gather_tail_tiles_stay_within_the_partitions(n):
+    """A long dim tiled as 127 partitions of ceil(n / 128) elements leaves a tail of more than 128 elements
+    (n = 17023: 127 x 133 and 132 left), which goes one element per partition in tiles of at most 128 (it was
+    one tile of 132 partitions: a KernelError for kthvalue / searchsorted / take_along_dim on such sizes)."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    index = rng.integers(0, n, n).astype(np.int32)
+    assert_bits(mv.gather(x, 0, index), x[index])
+
+
 def _unique_index(rng, xs, ish, dim):
     """Indices without repeats along dim (scatter's winner among repeats is unspecified, as in torch)."""
     keys = rng.random((*ish[:dim], xs[dim], *ish[dim + 1:]))

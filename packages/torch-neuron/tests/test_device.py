@@ -132,6 +132,7 @@ def test_copy_between_overlapping_views():
 
 
 @pytest.mark.parametrize("write", [lambda t: t.copy_(torch.ones(t.shape, device="neuron")), lambda t: t.add_(1),
+                                   lambda t: t.copy_(torch.ones(t.shape)),  # from the host
                                    lambda t: t.neg_(), lambda t: torch.mul(t, 2, out=t)])
 def test_writes_into_self_overlapping_views_raise(write):
     """A written view whose elements share memory ([3, 2] over 4 elements, strides (1, 1)): the CPU writes an
@@ -141,6 +142,15 @@ def test_writes_into_self_overlapping_views_raise(write):
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         write(y.as_strided((3, 2), (1, 1)))
     torch.testing.assert_close(y.cpu(), torch.arange(4.0))
+
+
+def test_cpu_fallback_in_place_on_an_expanded_tensor_raises():
+    """uint32 arithmetic runs on the CPU from a dense copy; writing its result back into the expanded target
+    raises torch's internal-overlap error as the CPU does (it was a KernelError from the device copy)."""
+    for device in ("cpu", "neuron"):
+        x = torch.zeros(2, 1, dtype=torch.uint32, device=device).expand(2, 2)
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            x.mul_(3)
 
 
 def test_writes_into_interleaved_views():

@@ -1055,7 +1055,7 @@ def _element_tiles(dims, kmax: int = _ELEMENTS_K):
         a0 = 0
         while a0 < na:
             left = na - a0
-            parts, kk = (min(pmax, left // ka), ka) if left >= ka else (left, 1)
+            parts, kk = (min(pmax, left // ka), ka) if left >= ka else (min(pmax, left), 1)  # a tail of < ka
             yield [b + a0 * s for b, s in zip(base, strides)], parts, kk, after, strides
             a0 += parts * kk
 

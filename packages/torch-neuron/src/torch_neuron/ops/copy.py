@@ -160,6 +160,8 @@ def _check_overlap(dst: torch.Tensor, src: torch.Tensor) -> None:
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     if src.device.type == "neuron" and dst.device.type == "neuron":
         _check_overlap(dst, src)  # before broadcasting, as TensorIterator checks its operands
+    elif dst.device.type == "neuron" and dst.numel() and overlaps_itself(dst):  # host -> device (a CPU fallback's
+        raise RuntimeError(_INTERNAL_OVERLAP)  # result written back into an expanded in-place target)
     if src.shape != dst.shape:
         src = src.expand_as(dst)  # raises for shapes that do not broadcast, as copy_ does
     if dst.numel() == 0:
