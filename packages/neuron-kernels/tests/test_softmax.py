@@ -95,6 +95,15 @@ def test_log_softmax_backward(sd, dtype, layout):
     _close(SM.log_softmax_backward(g, ly, dim, layout=layout), ref, dtype, mag, "log_softmax_backward")
 
 
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), ml_dtypes.bfloat16])
+def test_a_short_reduced_dim_before_many_columns_fits_sbuf(dtype):
+    """softmax over dim 0 of [1, 4099, 5]: one reduced element per column and 20495 columns, whose fp32
+    statistics take as much SBUF as the chunk; the chunk is sized with them (it overflowed SBUF)."""
+    x = (np.random.default_rng(3).standard_normal((1, 4099, 5)) * 3).astype(dtype)
+    _close(SM.softmax(x, 0), ref_softmax(x, 0), np.dtype(dtype), 1e-6, "softmax")
+    _close(SM.log_softmax(x, 0), ref_log_softmax(x, 0), np.dtype(dtype), 1.0, "log_softmax")
+
+
 def test_masked_rows_follow_torch():
     """-inf entries get probability 0; an all -inf row is nan (as in torch)."""
     x = np.array([[0.0, -np.inf, 1.0, -np.inf], [-np.inf] * 4, [np.inf, 0.0, 0.0, 0.0]], np.float32)

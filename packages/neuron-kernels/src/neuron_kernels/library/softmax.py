@@ -334,6 +334,9 @@ class Mode:
         return dst
 
 
+STATS_BYTES = 3 * 4  # per row and column of a chunk: up to three fp32 statistics live (-max, sum, the log's bias)
+
+
 def run(ctx: Ctx, mode: Mode, srcs: list, out, dim: int, budget: int, layout: str = "auto"):
     """softmax-family op of srcs (HBM, same shape) along ``dim`` into out."""
     shape = tuple(srcs[0].shape)
@@ -350,7 +353,9 @@ def run(ctx: Ctx, mode: Mode, srcs: list, out, dim: int, budget: int, layout: st
     per_row = K1 == 1 and R >= SLOT_N
     if mode.name == FWD and sizes[0] < 4 and per_row and R * mode.scratch_bytes(sizes, True) > limit:
         mode.recompute = True
-    isz = mode.scratch_bytes(sizes, per_row)
+    # the statistics are fp32 tiles per row and column: next to a short reduced dim (R = 1 with K1 = 20495 columns)
+    # they take as much SBUF as the chunk itself
+    isz = mode.scratch_bytes(sizes, per_row) + (cdiv(STATS_BYTES, R) if K1 > 1 else 0)
     cap = ctx.prof.free_size_max
     if layout == "auto" or (layout == "B" and K0 >= P):
         layout = plan_layout(ctx, K0, R, K1, isz, limit)
