@@ -62,6 +62,16 @@ def test_out_variant_writes_its_out_tensor():
                                                                                       device="neuron"))
 
 
+@pytest.mark.parametrize("pad, shape", [((0, 2, 0, 0), (2, 3, 7, 1)), ((0, 0, 5, 0), (1, 2, 5, 4)), ((3, 3), (2, 3))])
+def test_reflection_pad_as_large_as_its_dim_raises_torchs_error(pad, shape):
+    """The reflection pads' decompositions do not check the padding against the input (their gather raised an
+    IndexError): the op's meta kernel checks first, so the error is torch's RuntimeError, as on the CPU."""
+    x = torch.randn(shape)
+    for t in (x, x.to("neuron")):
+        with pytest.raises(RuntimeError, match="Padding size should be less than the corresponding input dimension"):
+            F.pad(t, pad, mode="reflect")
+
+
 def test_in_place_variant_updates_self():
     x = torch.rand(10) * 0.8 + 0.1
     d = x.to("neuron")

@@ -41,6 +41,10 @@ _CPU_WHEN_REDUCED = frozenset({"aten::linspace", "aten::logspace"})
 # decompositions that disagree with eager (torch 2.13): multilabel_margin_loss_forward gives a [1] loss for a
 # 1-d input where eager (and the CPU) give a 0-d one, and its meta kernel inherits that
 _NOT_EAGER = frozenset({"aten::multilabel_margin_loss_forward"})
+# decompositions that do not check their arguments where the op's meta kernel does (a reflection pad as large as
+# its dim is an IndexError of the gather they become): their meta kernel runs first and its error is the op's
+_CHECKED_BY_META = frozenset(f"aten::{kind}_pad{d}d{grad}" for kind in ("reflection", "replication")
+                             for d in (1, 2, 3) for grad in ("", "_backward"))
 _running = threading.local()  # the ops whose decomposition is on this thread's stack
 
 
@@ -154,6 +158,7 @@ def _conform(result, expected):
 def _kernel(op: torch._ops.OpOverload, decomposition):
     outs, mutated = _writes(op)
     cpu_when_reduced = op.name() in _CPU_WHEN_REDUCED
+    checked_by_meta = op.name() in _CHECKED_BY_META
     inplace = op._schema.name.endswith("_")  # returns its mutated self
     scalars = _scalar_args(op)
 
@@ -165,6 +170,8 @@ def _kernel(op: torch._ops.OpOverload, decomposition):
         low = _reduced(args, kwargs)
         if cpu_when_reduced and (low or _reduced((), targets)) is not None:
             return on_cpu(op, *args, **dict(zip(outs, targets)), **kwargs)
+        if checked_by_meta:
+            meta_result(op, *args, **dict(zip(outs, targets)), **kwargs)  # torch's errors for bad arguments
         expected = _expected(op, args, kwargs, targets, outs) if not outs else None
         active.add(op)
         try:
