@@ -219,6 +219,19 @@ def test_alpha(strict):
         torch.add(x.to("neuron"), y.to("neuron"), alpha=0.5)
 
 
+@pytest.mark.parametrize("alpha", [-1, -255, 255, -256, 256])
+def test_alpha_for_unsigned_dtypes_takes_negatives_down_to_minus_max(alpha):
+    """c10's overflow check lets uint8 take alpha in [-255, 255] (a negative one wraps: alpha -1 subtracts);
+    beyond that, torch's overflow error, as on the CPU."""
+    x = torch.tensor([5, 0, 200], dtype=torch.uint8)
+    if abs(alpha) > 255:
+        for t in (x, x.to("neuron")):
+            with pytest.raises(RuntimeError, match="without overflow"):
+                torch.add(t, 2, alpha=alpha)
+        return
+    check(torch.add(x.to("neuron"), 2, alpha=alpha), torch.add(x, 2, alpha=alpha))
+
+
 def test_alpha_in_reduced_precision(strict):
     """torch rounds alpha to the dtype and computes a + alpha * b in float32, rounding once. (Its CPU
     kernel's scalar tail loop rounds alpha * b to the dtype too, so short CPU tensors can differ from

@@ -101,10 +101,12 @@ def _hardtanh(plan, self, min_val=-1, max_val=1):
 
 # -- binary arithmetic -----------------------------------------------------------------------------------
 def _check_fits(v, dtype) -> None:
-    """torch's error for a scalar argument (alpha) that does not fit an integral dtype."""
+    """torch's error for a scalar argument (alpha) that does not fit an integral dtype. c10's check lets an
+    unsigned type take negatives down to -max (they wrap: uint8 alpha -1 subtracts), as the CPU does."""
     if dtype in INTS and v.__class__ is int:
         info = torch.iinfo(dtype)
-        if not info.min <= v <= info.max:
+        low = -info.max if info.min == 0 else info.min
+        if not low <= v <= info.max:
             raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dtype]} without overflow")
 
 
