@@ -196,6 +196,17 @@ def test_copysign_matches_cpu_bits(strict, dtype):
         i.to("neuron").copysign_(torch.tensor(-1.0))
 
 
+@pytest.mark.parametrize("big", [9223372036854775806, -(2**40) - 3, 300])
+def test_true_division_by_a_wide_zero_dim_int_converts_it_to_the_float(big):
+    """int8 / int64 0-d (and the reverse) is a float division of the int64's value (TensorIterator promotes
+    integer inputs to the float result), not of that value wrapped into the int8 promotion first (-2 for
+    9223372036854775806); an integer result still wraps the 0-d operand, as on the CPU."""
+    a, b = torch.tensor([4, -7], dtype=torch.int8), torch.tensor(big)
+    check(a.to("neuron") / b.to("neuron"), a / b)
+    check(b.to("neuron") / a.to("neuron"), b / a)
+    check(a.to("neuron") + b.to("neuron"), a + b)
+
+
 def test_zero_dim_results():
     a, b = torch.tensor(2.5), torch.tensor(-1.0)
     check(a.to("neuron") * b.to("neuron"), a * b)

@@ -212,6 +212,9 @@ def prep(x, plan: Plan):
     if not isinstance(x, torch.Tensor):
         return float(x) if plan.R is not plan.cast and isinstance(x, int) and not isinstance(x, bool) else x
     want = plan.cast
+    if x.dtype in _WIDE_INTS and plan.dtype in FLOATS and want not in FLOATS:
+        want = plan.dtype  # an int-to-float op (true division of int8 by an int64 0-d): converted to the float, not
+        # wrapped into the integer promotion first, as TensorIterator's promote_integer_inputs_to_float does
     if raw:
         want = x.dtype if x.dtype in COMPUTE else torch.float32 if want in FLOATS else want
     if x.dtype is not want and not _exact_in(x.dtype, want):
