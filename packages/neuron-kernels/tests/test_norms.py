@@ -148,10 +148,13 @@ def test_rms_norm_forward(rows, d, dtype, has_w, seed):
 def test_forward_keeps_leading_dims_and_default_eps():
     rng = np.random.default_rng(1)
     x = data(rng, (2, 3, 5, 40), BF16)
-    out, rstd = rms_norm(x)  # eps=None: finfo(bfloat16).eps, as torch
-    y, r = rms_ref(x, None, float(ml_dtypes.finfo(BF16).eps))
+    out, rstd = rms_norm(x)  # eps=None: float32's eps (the computation dtype's), as torch
+    y, r = rms_ref(x, None, float(np.finfo(np.float32).eps))
     assert out.shape == x.shape and rstd.shape == (2, 3, 5, 1)
     close(out, y, BF16)
+    one = np.array([[-0.5], [0.25]], BF16)  # D = 1: x / sqrt(x^2 + eps) shows the eps (bf16's would give -0.985)
+    want = torch.nn.functional.rms_norm(torch.from_numpy(one.astype(np.float32)).bfloat16(), (1,))
+    np.testing.assert_array_equal(rms_norm(one)[0].astype(np.float32), want.float().numpy())
     out, mean, rstd = layer_norm(x)
     assert out.shape == x.shape and mean.shape == (2, 3, 5, 1)
 

@@ -438,9 +438,11 @@ def _slots(rows: int, parts: int, nj: int):
 
 
 def _default_eps(dtype, eps):
+    """``eps=None``: the machine epsilon of the computation dtype, float32 for every device dtype (16-bit inputs
+    compute in float32), as torch's rms_norm takes it."""
     if eps is not None:
         return float(eps)
-    return {nl.float32: 2.0 ** -23, nl.bfloat16: 2.0 ** -7, nl.float16: 2.0 ** -10}[dtype]
+    return 2.0 ** -23
 
 
 def _stat_shape(x: View) -> tuple[int, ...]:
@@ -565,7 +567,8 @@ def rms_norm(x, weight=None, eps=None, rows_per_tile=0):
 
     ``out = x * rstd * weight`` in x's dtype (float32 math, one rounding); ``rstd = 1 / sqrt(mean(x**2)
     + eps)``, float32, shape ``x.shape[:-1] + (1,)``. ``weight`` (``[D]``, any float dtype) is optional;
-    ``eps=None`` means ``finfo(x.dtype).eps`` as in torch. ``rows_per_tile``: rows per partition in one
+    ``eps=None`` means float32's machine epsilon (the computation dtype's), as in torch. ``rows_per_tile``: rows
+    per partition in one
     DMA (0: about 8 KiB per partition).
     """
     _check_float("x", x)
