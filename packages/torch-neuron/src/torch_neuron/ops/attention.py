@@ -41,7 +41,7 @@ from neuron_kernels.library import attention as kattn
 from neuron_kernels.library import attention_short as kshort
 
 from ..runtime import runtime
-from .checks import constant, meta_result, same_device
+from .checks import constant, in_layout, meta_result, same_device
 from .common import contig
 from .copy import storage_span
 from .launch import run
@@ -171,7 +171,7 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
     seed = torch.empty((), dtype=torch.int64, device=q.device)
     if wide:
         out, lse = _wide_forward(q, k, v, scale)
-        return _in_layout(out, meta[0]), lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, \
+        return in_layout(out, meta[0]), lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, \
             _empty(q.device, q.dtype)
     layouts, into = [], {}
     qkv = [_heads(t, name, layouts) for t, name in ((q, "q"), (k, "k"), (v, "v"))]
@@ -183,7 +183,7 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
     lse = lse.view(q.shape[:-1])
     if attn_bias is not None:
         out, lse = _empty_rows(out, lse, kmask)
-    out = _in_layout(out, meta[0])
+    out = in_layout(out, meta[0])
     lse = lse if q.dim() == 4 else lse.unsqueeze(0)
     return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
 
@@ -300,12 +300,3 @@ def _empty_rows(out, lse, mask):
         torch.isneginf(mask).all(-1).view(lse.shape)
     out = torch.where(empty.unsqueeze(-1), torch.zeros((), dtype=out.dtype, device=out.device), out)
     return out, torch.where(empty, torch.full_like(lse, float("inf")), lse)
-
-
-def _in_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Contiguous kernel output ``t`` in the memory layout aten gives the result (``like``, its meta tensor):
-    the attention output follows the query's layout, so ``out.transpose(1, 2).view(b, t, c)`` works as on
-    the CPU and CUDA."""
-    if t.stride() == like.stride() or t.numel() <= 1:
-        return t
-    return torch.empty_strided(like.shape, like.stride(), dtype=t.dtype, device=t.device).copy_(t)

@@ -64,6 +64,15 @@ def _raise_cpu_error(op, args, kwargs) -> None:
         raise cpu_error.with_traceback(None) from None
 
 
+def in_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Contiguous kernel output ``t`` in the memory layout aten gives the result (``like``, its meta tensor):
+    the attention output follows the query's layout (``out.transpose(1, 2).view(b, t, c)`` works as on the CPU
+    and CUDA), a pool's output a channels_last input's."""
+    if t.stride() == like.stride() or t.numel() <= 1:
+        return t
+    return torch.empty_strided(like.shape, like.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
 def meta_result(op, *args, **kwargs):
     """``op`` evaluated on meta copies of the arguments: raises torch's error for bad shapes or dtypes and
     returns the meta result (shapes and dtypes). Cached per signature of shapes, dtypes and constants."""

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from neuron_kernels.library import elementwise, movement, reduce
 
-from .checks import constant, meta_result, same_device
+from .checks import constant, in_layout, meta_result, same_device
 from .common import run_on_cpu, write_out
 from .compose import FLOATS, ew, write_outs
 from .copy import to_host
@@ -27,14 +27,6 @@ from .registry import impl
 aten = torch.ops.aten
 _MAX = {2: (aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default),
         3: (aten.max_pool3d_with_indices.default, aten.max_pool3d_with_indices_backward.default)}
-
-
-def _like(t: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
-    """``t`` (contiguous) in the memory format aten gives (channels_last for a channels_last input)."""
-    for fmt in (torch.channels_last, torch.channels_last_3d):
-        if t.dim() == meta.dim() and not meta.is_contiguous() and meta.is_contiguous(memory_format=fmt):
-            return t.contiguous(memory_format=fmt)
-    return t
 
 
 def max_pool(nd: int, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
@@ -52,7 +44,7 @@ def max_pool(nd: int, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mod
     if not win.fits:
         return run_on_cpu(op, *args)
     v, i = window_max(f"max_pool{nd}d_with_indices", rows(x, nd), win)
-    return _like(v.view(values.shape), values), _like(i.view(values.shape), indices)
+    return in_layout(v.view(values.shape), values), in_layout(i.view(values.shape), indices)
 
 
 @impl("max_pool2d_with_indices")
@@ -109,7 +101,7 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
         if win.fits and win.S * win.readers(x.device)[1] < TABLE_LIMIT:
             gi = _gathered_backward("max_pool2d_with_indices_backward", grad, x, win, indices)
             if gi is not None:
-                return _like(gi.to(x.dtype).view(result.shape), result)
+                return in_layout(gi.to(x.dtype).view(result.shape), result)
     return max_backward(op, "max_pool2d_with_indices_backward", 2, args)
 
 
