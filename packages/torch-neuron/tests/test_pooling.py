@@ -254,3 +254,28 @@ def test_MaxPool2d_backward_indices_not_from_the_forward():
         got = torch.ops.aten.max_pool2d_with_indices_backward(grad.to("neuron"), x.to("neuron"), [2, 2], [2, 2],
                                                               [0, 0], [1, 1], False, idx.to("neuron"))
     torch.testing.assert_close(got.cpu(), want)
+
+
+def test_MaxPool2d_backward_trusts_only_its_own_unchanged_indices(monkeypatch):
+    """The forward's own indices are inside their windows by construction: autograd's backward reads nothing back
+    to the host. Indices changed in place since (a new version) or made elsewhere are counted on the host, and an
+    out-of-window one written into the forward's own tensor still reaches its input position."""
+    from torch_neuron.ops import pooling_max
+
+    reads = []
+    monkeypatch.setattr(pooling_max, "to_host", lambda t: reads.append(t) or t.cpu())
+    x = torch.randn(2, 3, 9, 9)
+    xd = x.to("neuron").requires_grad_()
+    with native("max_pool2d_with_indices", "max_pool2d_with_indices_backward"):
+        F.max_pool2d(xd, 3, 2, 1).sum().backward()
+    ref = x.clone().requires_grad_()
+    F.max_pool2d(ref, 3, 2, 1).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), ref.grad, rtol=0, atol=0)
+    assert reads == []
+    v, idx = F.max_pool2d(xd.detach(), 3, 2, 1, return_indices=True)
+    args = ([3, 3], [2, 2], [1, 1], [1, 1], False)
+    idx[0, 0, 0, 0] = 80  # the last input position: outside output (0, 0)'s window
+    want = torch.ops.aten.max_pool2d_with_indices_backward(torch.ones(v.shape), x, *args, idx.cpu())
+    got = torch.ops.aten.max_pool2d_with_indices_backward(torch.ones_like(v), xd.detach(), *args, idx)
+    torch.testing.assert_close(got.cpu(), want)
+    assert len(reads) == 1

@@ -44,7 +44,15 @@ def max_pool(nd: int, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mod
     if not win.fits:
         return run_on_cpu(op, *args)
     v, i = window_max(f"max_pool{nd}d_with_indices", rows(x, nd), win)
-    return in_layout(v.view(values.shape), values), in_layout(i.view(values.shape), indices)
+    indices = in_layout(i.view(values.shape), indices)
+    indices._neuron_max_windows = (win.key, indices._version)  # in-window by construction: see _in_window
+    return in_layout(v.view(values.shape), values), indices
+
+
+def _in_window(indices, win) -> bool:
+    """Whether ``indices`` are this forward's own for these windows and unchanged since (its version): then
+    every index is inside its window and the backward needs no check (a device-to-host read per call)."""
+    return getattr(indices, "_neuron_max_windows", None) == (win.key, indices._version)
 
 
 @impl("max_pool2d_with_indices")
@@ -74,7 +82,8 @@ def max_pool3d_with_indices_out(x, kernel_size, stride=(), padding=0, dilation=1
 def _gathered_backward(op: str, grad, x, win, indices) -> torch.Tensor | None:
     """float32 [L, S] input gradients: each input position sums the gradients of the outputs whose taps hold it
     and whose index is it (gathers and a compare, no scatter), in ascending output order as aten adds them.
-    None when some index is outside its window (not from this forward): the scatter backward then."""
+    None when some index is outside its window (indices not from this forward, counted on the host): the
+    scatter backward then."""
     table, c = win.readers(x.device)
     g, idx = rows(grad, 2).float(), rows(indices, 2).float()  # indices < S < 2**24: exact
     gg = run(op, movement.index_select, F.pad(g, (0, 1)), 1, table)[0].view(g.shape[0], win.S, c)
@@ -83,7 +92,8 @@ def _gathered_backward(op: str, grad, x, win, indices) -> torch.Tensor | None:
     here = constant(("pool_positions", win.S, c), x.device,
                     lambda: torch.arange(win.S, dtype=torch.float32)[:, None].expand(win.S, c).contiguous())
     hit = ew(op, elementwise.eq, ig, here)
-    if to_host(run(op, reduce.sum, hit.reshape(-1).to(torch.int32), ())[0]).item() != g.numel():
+    if not _in_window(indices, win) and \
+            to_host(run(op, reduce.sum, hit.reshape(-1).to(torch.int32), ())[0]).item() != g.numel():
         return None
     return run(op, reduce.sum, ew(op, elementwise.where, hit, gg, 0.0), 2)[0]
 
