@@ -24,6 +24,10 @@ from neuron_sim.timing import prepare_timing, run_timing
 
 PROFILES = [TRN1, TRN2, TRN3]
 by_profile = pytest.mark.parametrize("p", PROFILES, ids=lambda p: p.name)
+# The partition-to-engine rules with each generation's figures (NC-v2 itself spreads every transfer over all
+# engines: test_without_affinity_every_transfer_spreads_over_all_engines)
+by_affine_profile = pytest.mark.parametrize("p", [p.replace(dma_partition_affinity=True) for p in PROFILES],
+                                            ids=lambda p: p.name)
 profiles = st.sampled_from(PROFILES)
 EXACT = dict(rel=1e-12, abs=1e-9)
 
@@ -235,7 +239,7 @@ def test_one_dge_serializes_every_queue_and_none_frees_them(p):
 
 
 # ---- DMA 2-3: latency, engines, runs ---------------------------------------------------------------------
-@by_profile
+@by_affine_profile
 @pytest.mark.parametrize("parts,cols,dt", [(128, 512, "bfloat16"), (64, 100, "float32"), (1, 8192, "float32"),
                                            (9, 64, "int8")])
 def test_dma_alone(p, parts, cols, dt):
@@ -268,7 +272,7 @@ def test_dma_single_engine_matches_measured_example():
     assert transfer == pytest.approx(1416, rel=0.05)
 
 
-@by_profile
+@by_affine_profile
 def test_engines_start_as_their_descriptors_arrive(p):
     """9 partitions, 64 four-byte runs each (576 descriptors), SBUF -> SBUF: engine 0 (8 partitions) gets its
     descriptors after half the issue time, engine 1 (1 partition) after all of it; neither before the fixed
@@ -284,7 +288,7 @@ def test_engines_start_as_their_descriptors_arrive(p):
     assert span(res, p) == pytest.approx(max(e0, e1), **EXACT)
 
 
-@by_profile
+@by_affine_profile
 def test_partitions_choose_the_engines(p):
     """Partition p is served by engine p // dma_partitions_per_engine, first come first served: two 4-partition
     stores on one engine serialize, on two engines they overlap; 8 partitions straddling two engines use both."""
@@ -310,6 +314,31 @@ def test_partitions_choose_the_engines(p):
     i = issue(p, 8)
     ends = [max(p.dma_fixed_ns, i / 2) + four, max(p.dma_fixed_ns, i) + four]
     assert span(res, p) == pytest.approx(max(ends), **EXACT)
+
+
+@pytest.mark.parametrize("parts", [1, 4, 10, 128])
+def test_without_affinity_every_transfer_spreads_over_all_engines(parts):
+    """NC-v2 (no partition affinity): a transfer's rows spread evenly over every engine whatever its partitions,
+    so a 4-partition store no longer waits for another on partitions of the same engine group, and a 1-partition
+    load reads through all 16 engines' windows."""
+    p = TRN1
+    assert not p.dma_partition_affinity
+    _, hbm, _ = bandwidths(p)
+    args = [TensorArg("x", (128, 2048), "float32"), TensorArg("y", (256, 2048), "float32", "out")]
+    load = isa.DmaCopy(AP.sbuf("float32", parts, (2048,)), AP.hbm(0, "float32", (parts, 2048)))
+    _, res = timed(Program("load", args, [load]), p)
+    n, i = p.dma_engines, issue(p, parts)
+    per = parts / n
+    ends = [max(max(p.dma_fixed_ns, i * (j + 1) / n) + per * run_ns(p, 8192, hbm), window_ns(p, per * 8192))
+            for j in range(n)]
+    assert span(res, p) == pytest.approx(max(ends), **EXACT)
+    assert res.engine_busy_ns["dma"] == pytest.approx(parts * run_ns(p, 8192, hbm) / n, **EXACT)
+    stores = Program("stores", args, [
+        isa.DmaCopy(AP.hbm(1, "float32", (parts, 2048), offset=8192 * 128 * k), AP.sbuf("float32", parts, (2048,)),
+                    queue=k) for k in range(2)])
+    _, res = timed(stores, p)  # two stores share every engine: the second's rows follow the first's on each
+    one = max(p.dma_fixed_ns, i) + per * run_ns(p, 8192, hbm)
+    assert list(res.end - p.launch_pre_ns) == pytest.approx([one, one + per * run_ns(p, 8192, hbm)], **EXACT)
 
 
 @by_profile
@@ -351,7 +380,7 @@ def test_contiguous_hbm_to_hbm_is_one_piece_per_engine(p, rows, row):
     assert res.engine_busy_ns["dma"] == pytest.approx(pieces * run_ns(p, piece, hbm2) / p.dma_engines, **EXACT)
 
 
-@by_profile
+@by_affine_profile
 def test_each_run_takes_at_least_the_minimum(p):
     """Every contiguous run takes max(dma_run_min_ns, its bytes / bandwidth): a run per element costs the floor
     per element, a contiguous row its bytes at the engine bandwidth."""
@@ -383,7 +412,7 @@ def test_each_run_takes_at_least_the_minimum(p):
     assert span(timed(Program("s", args, [slow]), p)[1], p) > 5 * fast_engine
 
 
-@by_profile
+@by_affine_profile
 def test_dma_on_chip_cast_and_indirect(p):
     chip, hbm, _ = bandwidths(p)
     sb = isa.DmaCopy(AP.sbuf("bfloat16", 128, (256,), offset=8192), AP.sbuf("bfloat16", 128, (256,)))
@@ -443,7 +472,7 @@ def test_dma_transpose_alone(p, rows, cols, dt, pad):
 
 
 # ---- DMA 4: the HBM read window ----------------------------------------------------------------------------
-@by_profile
+@by_affine_profile
 def test_hbm_reads_pass_through_the_queue_window(p):
     """With a 1 KiB window, 8 rows of 2 KiB read from HBM on one engine take 16 x dma_fixed_ns however fast the
     engine; the same bytes stored to HBM or copied on chip do not wait for it. The window is per queue: two such
@@ -477,7 +506,7 @@ def test_hbm_reads_pass_through_the_queue_window(p):
 
 
 # ---- DMA 5: completion ----------------------------------------------------------------------------------
-@by_profile
+@by_affine_profile
 def test_a_queue_completes_in_order(p):
     """A small DMA issued behind a large one on the same queue completes with it, though its own engine is done
     earlier; the same small DMA on another queue completes on its own."""
@@ -677,7 +706,7 @@ def test_adding_an_independent_instruction_never_shortens_a_program(p, steps, ex
     assert run_timing(after).end_ns >= run_timing(before).end_ns * (1 - 1e-12)
 
 
-@by_profile
+@by_affine_profile
 def test_dma_engines_are_handed_out_in_time_order(p):
     """README "Scheduling": shared resources go to whatever asks first in time, not in program order. A and B
     (queues 1 and 0) both need engine 0; C reloads B's tile (WAR) and is the critical path. Alone, A wins the tie

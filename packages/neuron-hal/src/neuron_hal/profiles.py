@@ -129,6 +129,13 @@ class Profile:
         "HBM read bytes one queue keeps in flight per DMA engine: a queue's HBM reads move at most "
         "window / dma_fixed_ns per engine (Little's law); fitted, see docs/fidelity.md")
     dma_partitions_per_engine: int = _f("[NKI-ARCH-V2][DMA-OV] 16 engines x 8 partitions cover 128")
+    dma_partition_affinity: bool = _f(
+        "whether a transfer's SBUF partitions choose its engines (partition p on engine p // "
+        "dma_partitions_per_engine): NC-v3 measured ([DMA-OV]: a 4-partition load uses one engine, trn2); NC-v4 "
+        "[INFERRED] same (hardware DGE). NC-v2 False: its descriptors are prepared by the compiler, which spreads "
+        "every transfer over all engines; inferred from trn1 measurements (the 2024 resize-nearest kernel moved "
+        "10-partition transfers at >= 66 GB/s, more than the two engines of 10 partitions can; see "
+        "docs/fidelity.md)")
     dma_transpose: bool = _f(
         "[NKI-ARCH-V3] DMA transpose (HBM->SBUF, SBUF->SBUF; 2- and 4-byte dtypes) from NC-v3; NC-v2 has none; "
         "NC-v4 [INFERRED] keeps it (the trn3 guide is silent)")
@@ -259,7 +266,7 @@ TRN1 = Profile(
     dma_engine_bytes_per_ns=17.0, dma_engine_peak_bytes_per_ns=27.2,
     matmul_fp32_factor=4.7,
     dma_fixed_ns=1300.0, dma_issue_ns=10.0, dma_issue_desc_ns=0.0, dma_dge_units=0, dma_read_window_bytes=8192,
-    dma_run_min_ns=7.0,
+    dma_run_min_ns=7.0, dma_partition_affinity=False,
     act_table_load_ns=368.0, launch_pre_ns=13000.0, launch_post_ns=5000.0,
     hbm_bytes=32 * GiB, hbm_gbps=820.0, tensor_bf16_tflops=92.0,
     neuronlink_gbps=384.0, cc_cores=6, **_COMMON,
@@ -275,7 +282,7 @@ TRN2 = Profile(
     dma_engine_bytes_per_ns=23.0, dma_engine_peak_bytes_per_ns=27.2,
     matmul_fp32_factor=4.0,
     dma_fixed_ns=740.0, dma_issue_ns=845.0, dma_issue_desc_ns=1.8, dma_dge_units=2, dma_read_window_bytes=65536,
-    dma_run_min_ns=18.0,
+    dma_run_min_ns=18.0, dma_partition_affinity=True,
     act_table_load_ns=429.0, launch_pre_ns=9100.0, launch_post_ns=3500.0,
     # [CONFLICT] 2.9 TB/s [ARCH-TRN2] vs 3 TB/s in the NKI trn2 guide; the architecture page is used.
     hbm_bytes=96 * GiB, hbm_gbps=2900.0, tensor_bf16_tflops=79.0,
@@ -294,7 +301,7 @@ TRN3 = Profile(
     dma_engine_bytes_per_ns=33.0, dma_engine_peak_bytes_per_ns=38.4,
     matmul_fp32_factor=4.0,
     dma_fixed_ns=740.0, dma_issue_ns=845.0, dma_issue_desc_ns=1.8, dma_dge_units=2, dma_read_window_bytes=65536,
-    dma_run_min_ns=18.0,
+    dma_run_min_ns=18.0, dma_partition_affinity=True,
     act_table_load_ns=429.0, launch_pre_ns=9100.0, launch_post_ns=3500.0,
     # [CONFLICT] 4.9 TB/s [ARCH-TRN3] vs 4.7 TB/s [NKI-ARCH-V4]; the architecture page is used.
     hbm_bytes=144 * GiB, hbm_gbps=4900.0, tensor_bf16_tflops=79.0,

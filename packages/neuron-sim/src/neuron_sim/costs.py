@@ -242,7 +242,8 @@ class Dma:
     """Per-instruction DMA figures (columns); the event loop (:mod:`.events`) times them."""
 
     nbytes: np.ndarray  # int64 bytes moved
-    p0: np.ndarray  # int64 first partition of the on-chip side; -1: no on-chip side (rows spread on every engine)
+    p0: np.ndarray  # int64 first partition of the on-chip side; -1: rows spread on every engine (no on-chip side
+    # or no partition affinity)
     parts: np.ndarray  # int64 partitions of the on-chip side (rows when there is none)
     runs: np.ndarray  # int64 contiguous runs (descriptors) per partition
     bw: np.ndarray  # float64 bytes/ns per engine
@@ -255,7 +256,8 @@ def dma(opcode: str, ops, profile) -> Dma:
     bytes = moved elements x max(src, dst itemsize); the moved tile is dst for copies, transposes and gathers,
     src for scatters (the table side of an indirect DMA is the whole table). The on-chip side (the wider one when
     both are on chip) decides the engines: partition p is served by engine p // dma_partitions_per_engine
-    [DMA-OV]; with no on-chip side (HBM to HBM) the rows spread over every engine, and a transfer that is one
+    [DMA-OV] where the profile has partition affinity (NC-v3+); without it (NC-v2), and with no on-chip side
+    (HBM to HBM), the rows spread over every engine, and a transfer that is one
     contiguous range on both sides is one piece per engine. Runs per partition: the
     contiguous runs of each side as stored, the larger count (one descriptor per run); indirect DMAs have one
     table row per tile partition. Bandwidth per engine: dma_engine_bytes_per_ns, capped at the engine's share of
@@ -271,6 +273,8 @@ def dma(opcode: str, ops, profile) -> Dma:
     use_dst = dst_p >= src_p
     parts = np.where(use_dst, dst_p, src_p)
     p0 = np.where(parts > 0, np.where(use_dst, dst.start, src.start), -1)
+    if not profile.dma_partition_affinity:  # NC-v2: the compiler spreads every transfer over all engines
+        p0 = np.full_like(p0, -1)
     hbm_rows = np.maximum(np.where(dst.space == HBM, dst.partitions, 0), np.where(src.space == HBM, src.partitions, 0))
     parts = np.where(parts > 0, parts, np.maximum(hbm_rows, 1))
     hbm = (dst.space == HBM) | (src.space == HBM)

@@ -37,7 +37,8 @@ def _schedule(n, n_streams, stream_ptr, stream_instr, dur, producer, drain, dma_
     units if the core has them, while its descriptors are generated (issue + per descriptor); engine j of the
     engines it spans gets its descriptors after (j + 1) / engines of that time. Data starts ``fixed`` after the
     trigger. Each engine serves the partitions it owns (partition p: engine p // partitions-per-engine; a DMA
-    with no on-chip side spreads its rows over every engine), first come first served, each contiguous run taking
+    with no on-chip side, or on a profile without partition affinity, spreads its rows over every engine),
+    first come first served, each contiguous run taking
     max(minimum ns, run bytes / bandwidth); HBM reads also pass through the queue's read window on that engine
     (bytes in flight over the latency). A queue completes its DMAs in order.
     """
