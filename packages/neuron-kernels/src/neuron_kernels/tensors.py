@@ -157,8 +157,34 @@ class View:
             raise KernelError(f"{self!r}: bitcast to {dt} changes the element size")
         return type(self)(self.owner, dt, self.offset, self.dims)
 
+    def ap(self, pattern, offset: int = 0) -> View:
+        """NKI's access pattern view: ``pattern`` [[step, num], ...] (first pair the partition dim) over this tensor's
+        elements taken row-major (a tile's partition p starts at element p * its per-partition size), from element
+        ``offset``. On-chip, the partition step must be the per-partition size (partitions are consecutive lanes)."""
+        pairs = [(int(step), int(num)) for step, num in pattern]
+        if not pairs or any(num < 1 for _, num in pairs) or any(step < 0 for step, _ in pairs[1:]):
+            raise KernelError(f"{self!r}: access pattern {pattern} needs [step, num] pairs with num >= 1")
+        full = self.offset == 0 and self.dims == (tile_of(self.owner, self.shape, self.dtype).dims if self.on_chip
+                                                  else _row_major(self.shape))
+        if not full:
+            raise KernelError(f"{self!r}: .ap() applies to a whole tensor, not to a slice or view of one")
+        row = math.prod(self.shape[1:]) if self.on_chip else 1
+        total = math.prod(self.shape)
+        last = offset + sum(step * (num - 1) for step, num in pairs)
+        if offset < 0 or last >= total or (pairs[0][0] < 0):
+            raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} reaches element {last} of {total}")
+        (pstep, parts), free = pairs[0], tuple((num, step) for step, num in pairs[1:])
+        if not self.on_chip:
+            return type(self)(self.owner, self.dtype, int(offset), ((parts, pstep),) + free)
+        if parts > 1 and pstep != row:
+            raise KernelError(f"{self!r}: access pattern partition step {pstep} must be the partition size {row}")
+        p0, e0 = divmod(int(offset), row)
+        if e0 + sum(step * (num - 1) for num, step in free) >= row:
+            raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} crosses a partition boundary")
+        return type(self)(self.owner, self.dtype, p0 * _FAR + e0, ((parts, _FAR),) + free)
+
     # -- access pattern -------------------------------------------------------------------------
-    def ap(self) -> AP:
+    def hal_ap(self) -> AP:
         if not self.dims:
             raise KernelError(f"{self!r}: a 0-d view has no partition dim; index with a slice")
         (parts, pstride), free = self.dims[0], self.dims[1:]
