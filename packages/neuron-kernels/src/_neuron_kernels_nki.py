@@ -44,10 +44,12 @@ def _ours() -> bool:
 
 class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
-        return alias(override=True)  # the implementation module itself, not a copy
+        module = alias(override=True)  # the implementation module itself, not a copy
+        self._spec = module.__spec__
+        return module
 
     def exec_module(self, module) -> None:
-        pass  # already executed as neuron_kernels.nki
+        module.__spec__ = self._spec  # already executed as neuron_kernels.nki; importlib set the alias's spec
 
 
 class Finder(importlib.abc.MetaPathFinder):
