@@ -1,6 +1,6 @@
 """The one table of NKI's public API names (``nki``, ``nki.language``, ``nki.isa``, as documented for NKI 0.3+ /
-Neuron 2.29-2.33) and what this front end does with each. ``docs/nki.md`` is generated from it
-(``python -m neuron_kernels.nki.api > docs/nki.md``); a test keeps the two equal.
+Neuron 2.29-2.33) and what this front end does with each. ``docs/nki.md`` is generated from it (``python -c "from
+neuron_kernels.nki.api import markdown; print(markdown(), end='')" > docs/nki.md``); a test keeps the two equal.
 
 Every name marked ``missing`` is present in its module and raises ``NotImplementedError`` naming it when called (a
 function) or read (a constant): never a silently different result.
@@ -150,7 +150,7 @@ def markdown() -> str:
     """docs/nki.md: every name and its status."""
     lines = ["# NKI on the simulator: API status", "",
              "Generated from `packages/neuron-kernels/src/neuron_kernels/nki/api.py` "
-             "(`python -m neuron_kernels.nki.api > docs/nki.md`). `missing` names exist and raise "
+             "(`markdown()`; tests/nki/test_api.py checks this file against it). `missing` names exist and raise "
              "`NotImplementedError` naming themselves; `partial` names implement what the note says and raise "
              "`NotImplementedError` for the rest.", ""]
     for module, names in API.items():
@@ -161,7 +161,3 @@ def markdown() -> str:
             lines.append(f"| `{name}` | {st} | {note} |")
         lines.append("")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(markdown(), end="")
