@@ -11,8 +11,11 @@ from neuron_kernels import KernelError
 from neuron_kernels.nki import api
 from neuron_kernels.nki import isa as nisa
 from neuron_kernels.nki import language as nl
+from neuron_hal import DType
+from neuron_kernels.tensors import TensorHandle, hbm_tensor
 
-MODULES = {"nki": nki, "nki.language": nl, "nki.isa": nisa}
+TENSOR = hbm_tensor(TensorHandle(0, "t", (4, 4), DType.float32, "in"))  # an HBM tensor as kernels receive one
+MODULES = {"nki": nki, "nki.language": nl, "nki.isa": nisa, "nki.language.NkiTensor": TENSOR}
 MISSING = [(m, n) for m, names in api.API.items() for n, (s, _) in names.items() if s == api.MISSING]
 PRESENT = [(m, n) for m, names in api.API.items() for n, (s, _) in names.items() if s != api.MISSING]
 
@@ -21,7 +24,7 @@ PRESENT = [(m, n) for m, names in api.API.items() for n, (s, _) in names.items()
 def test_missing_names_raise_not_implemented_naming_them(module, name):
     with pytest.raises(NotImplementedError, match=rf"{module}\.{name}\b"):
         obj = getattr(MODULES[module], name)  # a constant raises when read
-        obj()  # a function when called
+        obj()  # a function (or method) when called
 
 
 @pytest.mark.parametrize("module,name", PRESENT)

@@ -134,3 +134,144 @@ def test_grids_raise_not_implemented():
     with pytest.raises(NotImplementedError, match=r"kernel\[2\]"):
         tensor_add[2]
     assert tensor_add[1] is tensor_add
+
+
+def test_tensor_views_ap_permute_broadcast_bitcast():
+    @nki.jit
+    def views(a, b):
+        rows, cols = a.shape  # a [16, 32] fp32; b [1, 8] int32
+        out = nl.ndarray((rows, cols // 2), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        half = nl.ndarray((rows, cols // 2), dtype=a.dtype, buffer=nl.sbuf)
+        # the docs' example: the right half of every partition, by an access pattern
+        nisa.tensor_copy(dst=half, src=t.ap(pattern=[[cols, rows], [1, cols // 2]], offset=cols // 2))
+        nisa.dma_copy(dst=out, src=half)
+        tr = nl.ndarray((cols, rows), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=tr.permute(1, 0), src=t)  # a strided HBM write: out[f, p] = t[p, f]
+        bits = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        bt = nl.ndarray((4, 8), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=bt.expand_dim(1), src=b.broadcast(0, 4).expand_dim(1))
+        nisa.dma_copy(dst=bits, src=bt.view(nl.float32))
+        return out, tr, bits
+
+    a = rng.standard_normal((16, 32)).astype(np.float32)
+    b = rng.integers(0, 1 << 30, (1, 8)).astype(np.int32)
+    out, tr, bits = views(a, b)
+    np.testing.assert_array_equal(out, a[:, 16:])
+    np.testing.assert_array_equal(tr, a.T)
+    np.testing.assert_array_equal(bits, np.repeat(b, 4, axis=0).view(np.float32))
+
+
+def test_ap_rejects_strided_partitions_and_nested_use():
+    @nki.jit
+    def every_other_partition(a):
+        t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+        t.ap(pattern=[[64, 8], [1, 32]], offset=0)
+        return a
+
+    with pytest.raises(KernelError, match="partition step 64 must be the partition size 32"):
+        every_other_partition(np.zeros((2, 2), np.float32))
+
+    @nki.jit
+    def nested(a):
+        t = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        t.ap(pattern=[[256, 128], [1, 256]]).ap(pattern=[[256, 64], [1, 64]])
+        return a
+
+    with pytest.raises(KernelError, match="whole tensor"):
+        nested(np.zeros((2, 2), np.float32))
+
+
+@settings(max_examples=8, deadline=None)
+@given(p=st.integers(1, 128), shape=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+       n_axes=st.integers(1, 3), op=st.sampled_from(["add", "maximum", "minimum"]), negate=st.booleans(),
+       keepdims=st.booleans())
+def test_tensor_reduce_last_axes(p, shape, n_axes, op, negate, keepdims):
+    n_axes = min(n_axes, len(shape))
+    full = (p, *shape)
+    axes = tuple(range(len(full) - n_axes, len(full)))
+    kept = full[:len(full) - n_axes]
+    dst_shape = kept + (1,) * n_axes if keepdims else (kept if len(kept) > 1 else (p, 1))
+
+    @nki.jit
+    def reduce(x):
+        out = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray(full, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=getattr(nl, op), data=t, axis=axes if n_axes > 1 else axes[0], negate=negate,
+                           keepdims=keepdims)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = rng.standard_normal(full).astype(np.float32)
+    want = {"add": np.sum, "maximum": np.max, "minimum": np.min}[op](x.astype(np.float64), axis=axes)
+    want = (-want if negate else want).reshape(dst_shape)
+    np.testing.assert_allclose(reduce(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_tensor_reduce_rejects_leading_axes():
+    @nki.jit
+    def bad(x):
+        t = nl.ndarray((4, 3, 5), dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((4, 5), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.add, data=t, axis=1)
+        return x
+
+    with pytest.raises(KernelError, match=r"axis 1 must be the last free dims"):
+        bad(np.zeros((2, 2), np.float32))
+
+
+@settings(max_examples=6, deadline=None)
+@given(p=st.integers(1, 128), nums=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+       steps=st.lists(st.integers(-5, 5), min_size=3, max_size=3), offset=st.integers(-50, 50),
+       cm=st.integers(-3, 3))
+def test_iota_multi_dim_pattern(p, nums, steps, offset, cm):
+    pattern = [[s, n] for s, n in zip(steps, nums)]
+    f = int(np.prod(nums))
+
+    @nki.jit
+    def gen(x):
+        out = nl.ndarray((p, f), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((p, f), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=t, pattern=pattern, offset=offset, channel_multiplier=cm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    idx = np.indices((p, *nums))
+    want = offset + cm * idx[0] + sum(s * i for s, i in zip(steps, idx[1:]))
+    np.testing.assert_array_equal(gen(np.zeros((1, 1), np.float32)), want.reshape(p, f))
+
+
+def test_partition_reduce_scan_stats_and_activation_scale_vector():
+    @nki.jit
+    def misc(x):
+        p, f = x.shape
+        t = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        col_sum = nl.ndarray((1, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=col_sum, op=nl.add, data=t)
+        ones = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=ones, value=1.0)
+        scan = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)  # running sum along the free dim
+        nisa.tensor_tensor_scan(dst=scan, data0=ones, data1=t, initial=0.0, op0=nl.multiply, op1=nl.add)
+        stats = nl.ndarray((p, 6), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.bn_stats(dst=stats, data=t)
+        mv = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.bn_aggr(dst=mv, data=stats)
+        scaled = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)  # t * mean + 0.5, per partition scale
+        nisa.activation(dst=scaled, op=nl.copy, data=t, scale=mv[:, 0:1], bias=0.5)
+        outs = []
+        for tile_, shape in ((col_sum, (1, f)), (scan, (p, f)), (mv, (p, 2)), (scaled, (p, f))):
+            o = nl.ndarray(shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=tile_)
+            outs.append(o)
+        return tuple(outs)
+
+    x = rng.standard_normal((96, 40)).astype(np.float32)
+    col_sum, scan, mv, scaled = misc(x)
+    np.testing.assert_allclose(col_sum, x.sum(axis=0, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(scan, np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mv, np.stack([x.mean(1), x.var(1)], axis=1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(scaled, x * x.mean(1, keepdims=True) + 0.5, rtol=1e-5, atol=1e-6)

@@ -47,6 +47,7 @@ API: dict[str, dict[str, tuple[str, str]]] = {
                                  "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn")},
         **{d: (MISSING, "dtype not in the simulator") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
                                                                "float4_e2m1fn_x4", "float8_e8m0fnu")},
+        "NkiTensor": (OK, "the tracer's tensor type (methods: the nki.language.NkiTensor table)"),
         "ndarray": (PARTIAL, "`address=` (explicit placement) is missing; tiles are placed by liveness"),
         "zeros": (PARTIAL, "on-chip buffers; HBM zeros are missing"),
         "zeros_like": (PARTIAL, "as zeros"),
@@ -76,6 +77,20 @@ API: dict[str, dict[str, tuple[str, str]]] = {
             "reciprocal", "sign", "abs")},
         **{op: (MISSING, "operator not in the simulator's ALU/activation tables") for op in (
             "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan", "fmod")},
+    },
+    "nki.language.NkiTensor": {
+        "shape": (OK, ""), "dtype": (OK, ""), "ndim": (OK, ""), "size": (OK, ""), "strides": (OK, ""),
+        "buffer": (OK, ""), "name": (OK, ""),
+        "ap": (PARTIAL, "pattern, offset, dtype on a whole tensor; scalar_offset/vector_offset (runtime offsets) "
+                        "are missing"),
+        "reshape": (OK, "without a copy; a tile keeps its partition dim"),
+        "view": (PARTIAL, "same-size dtype bitcast; size-changing views are missing"),
+        "permute": (OK, "a tile's partition dim stays first"),
+        "broadcast": (OK, "(dim, size) of a size-1 free dim, stride 0"),
+        "expand_dim": (OK, ""), "squeeze_dim": (OK, ""), "is_contiguous": (OK, ""), "get_pattern": (OK, ""),
+        "__getitem__": (OK, "ints, slices with positive steps, nl.ds, ..."),
+        **{m: (MISSING, "") for m in ("flatten_dims", "reshape_dim", "slice", "select", "rearrange", "indirect",
+                                       "is_indirect", "vector_select", "reinterpret_cast")},
     },
     "nki.isa": {
         "nc_matmul": (PARTIAL, "PSUM accumulation as documented (first write overwrites, later ones add; "

@@ -70,6 +70,7 @@ def zeros_like(x: View, dtype=None, buffer=None, name: str = "") -> View:
     return zeros(x.shape, dtype or x.dtype, sbuf if buffer is None else buffer, name)
 
 
+NkiTensor = View  # the tracer's one tensor type: HBM tensors, tiles and their views
 ds = _lib.ds
 affine_range, sequential_range, static_range = _lib.affine_range, _lib.sequential_range, _lib.static_range
 
