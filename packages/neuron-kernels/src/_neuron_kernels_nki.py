@@ -11,11 +11,10 @@ that puts this implementation in place of an installed AWS ``nki`` (the way test
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
 import os
 import sys
+
+# importlib.abc / importlib.machinery are imported where used: this module loads at every interpreter start
 
 NAME = "nki"
 IMPL = "neuron_kernels.nki"
@@ -29,6 +28,8 @@ class MissingNkiModule(ModuleNotFoundError, NotImplementedError):
 
 def alias(override: bool = False):
     """Make ``nki`` and its submodules the very modules of ``neuron_kernels.nki`` in ``sys.modules``."""
+    import importlib
+
     impl = importlib.import_module(IMPL)
     if not override and NAME in sys.modules and sys.modules[NAME] is not impl:
         return sys.modules[NAME]
@@ -42,7 +43,7 @@ def _ours() -> bool:
     return getattr(sys.modules.get(NAME), "__neuron_kernels_nki__", False)
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:  # the importlib Loader protocol
     def create_module(self, spec):
         module = alias(override=True)  # the implementation module itself, not a copy
         self._spec = module.__spec__
@@ -52,15 +53,16 @@ class _Loader(importlib.abc.Loader):
         module.__spec__ = self._spec  # already executed as neuron_kernels.nki; importlib set the alias's spec
 
 
-class Finder(importlib.abc.MetaPathFinder):
+class Finder:  # the importlib MetaPathFinder protocol
     def find_spec(self, fullname, path=None, target=None):
         if fullname.startswith(NAME + ".") and _ours():
             raise MissingNkiModule(f"{fullname} is not implemented by neuron-kernels' NKI front end "
                                    f"(see docs/nki.md for what is)", name=fullname)
         if fullname != NAME or os.environ.get(ENV, "1") == "0":
             return None
-        return importlib.machinery.ModuleSpec(NAME, _Loader(), origin="neuron-kernels NKI front end",
-                                              is_package=True)
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(NAME, _Loader(), origin="neuron-kernels NKI front end", is_package=True)
 
 
 def register() -> None:
