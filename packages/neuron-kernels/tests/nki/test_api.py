@@ -42,8 +42,10 @@ def test_shared_instructions_are_the_library_functions():
 
 def test_operators_are_op_arguments_not_tile_functions():
     assert nl.maximum.alu.name == "max" and nl.exp.act.name == "exp" and nl.copy.act.name == "identity"
-    with pytest.raises(NotImplementedError, match=r"nl\.add\(\.\.\.\) as a tile function"):
-        nl.add(1, 2)
+    with pytest.raises(NotImplementedError, match=r"nl\.equal\(\.\.\.\) as a tile function"):
+        nl.equal(TENSOR, TENSOR)
+    with pytest.raises(NotImplementedError, match=r"nl\.exp\(\.\.\.\) as a tile function"):
+        nl.exp(TENSOR, TENSOR)
 
 
 def test_activation_is_not_an_alu_op():

@@ -275,3 +275,22 @@ def test_partition_reduce_scan_stats_and_activation_scale_vector():
     np.testing.assert_allclose(scan, np.cumsum(x, axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(mv, np.stack([x.mean(1), x.var(1)], axis=1), rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(scaled, x * x.mean(1, keepdims=True) + 0.5, rtol=1e-5, atol=1e-6)
+
+
+def test_language_tile_functions():
+    @nki.jit
+    def fused(a, b):
+        p, f = a.shape
+        out = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        ta = nl.ndarray((p, f), dtype=a.dtype, buffer=nl.sbuf)
+        tb = nl.ndarray((p, 1), dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ta, src=a)
+        nisa.dma_copy(dst=tb, src=b)
+        y = nl.multiply(nl.exp(ta), tb)                  # [P, F] * a [P, 1] column
+        y = nl.maximum(nl.subtract(2.0, y), nl.full((p, f), 0.25, dtype=nl.float32))
+        nisa.dma_copy(dst=out, src=nl.copy(y))
+        return out
+
+    a = rng.standard_normal((40, 24)).astype(np.float32)
+    b = rng.standard_normal((40, 1)).astype(np.float32)
+    np.testing.assert_allclose(fused(a, b), np.maximum(2.0 - np.exp(a) * b, 0.25), rtol=1e-5, atol=1e-6)

@@ -69,12 +69,17 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "tile_size": (OK, "pmax, psum_fmax, gemm_stationary_fmax, gemm_moving_fmax, bn_stats_fmax, "
                           "total_available_sbuf_size (bytes per partition) from the profile; psum_min_align and "
                           "sbuf_min_align are missing"),
-        **{op: (OK, "operator for nisa `op=` arguments; calling it on tiles is missing") for op in (
-            "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "equal", "not_equal", "greater",
-            "greater_equal", "less", "less_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
-            "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "copy", "square", "sigmoid", "relu", "gelu",
-            "gelu_apprx_tanh", "silu", "tanh", "softplus", "erf", "exp", "log", "sin", "cos", "sqrt", "rsqrt",
-            "reciprocal", "sign", "abs")},
+        "full": (PARTIAL, "on-chip buffers (one memset); HBM is missing"),
+        **{op: (OK, "operator for nisa `op=`; as a tile function `nl.op(x, y, dtype=)`: same shapes, a [P, 1] "
+                    "column or a scalar (other broadcasts and type promotion between tiles raise)") for op in (
+            "add", "subtract", "multiply", "divide", "maximum", "minimum", "power")},
+        **{op: (PARTIAL, "operator for nisa `op=`; the tile-function form is missing") for op in (
+            "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
+            "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")},
+        **{op: (OK, "activation for nisa `op=`; as a tile function `nl.op(x, dtype=)` one ScalarE activation "
+                    "(nl.copy: a tensor_copy)") for op
+           in ("copy", "square", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "tanh", "softplus", "erf",
+               "exp", "log", "sin", "cos", "sqrt", "rsqrt", "reciprocal", "sign", "abs")},
         **{op: (MISSING, "operator not in the simulator's ALU/activation tables") for op in (
             "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan", "fmod")},
     },

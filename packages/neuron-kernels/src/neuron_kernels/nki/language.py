@@ -66,6 +66,17 @@ def zeros(shape, dtype, buffer=sbuf, name: str = "") -> View:
     return t
 
 
+def full(shape, fill_value, dtype, buffer=sbuf, name: str = "") -> View:
+    """A new on-chip tensor filled with ``fill_value`` (one memset)."""
+    if isinstance(buffer, _HBM) or buffer is Space.HBM:
+        raise NkiNotImplemented("nl.full in HBM is not implemented by neuron-kernels' NKI front end")
+    t = ndarray(shape, dtype, buffer, name)
+    from . import isa as nisa
+
+    nisa.memset(t, fill_value)
+    return t
+
+
 def zeros_like(x: View, dtype=None, buffer=None, name: str = "") -> View:
     return zeros(x.shape, dtype or x.dtype, sbuf if buffer is None else buffer, name)
 
@@ -131,9 +142,31 @@ class Operator:
     def act(self):
         return self._act if self._act is not None else self
 
-    def __call__(self, *args, **kwargs):
-        raise NkiNotImplemented(f"nl.{self.name}(...) as a tile function is not implemented by neuron-kernels' NKI "
-                                f"front end; pass it as the op of a nki.isa instruction (op=nl.{self.name})")
+    def __call__(self, x, *rest, dtype=None, **kwargs):
+        """NKI's (experimental) tile function form: a new SBUF tile holding ``op(x)`` or ``op(x, y)``, one
+        instruction (ScalarE activation for unary functions, VectorE for arithmetic)."""
+        if kwargs or len(rest) > 1 or self.name not in _FUNCTIONS[len(rest)]:
+            raise NkiNotImplemented(f"nl.{self.name}(...) as a tile function (with these arguments) is not "
+                                    f"implemented by neuron-kernels' NKI front end; pass it as the op of a nki.isa "
+                                    f"instruction (op=nl.{self.name})")
+        if not rest:
+            if not isinstance(x, View):
+                raise KernelError(f"nl.{self.name}: x must be a tile, got {x!r}")
+            return _lib.copy(x, dtype) if self.name == "copy" else _lib._Unary(self._act)(x, dtype)
+        y = rest[0]
+        tiles = [v for v in (x, y) if isinstance(v, View)]
+        if not tiles:
+            raise KernelError(f"nl.{self.name} needs at least one tile operand")
+        if dtype is None and (len({t.dtype for t in tiles}) > 1 or not all(
+                isinstance(v, View) or (isinstance(v, int | float) and (tiles[0].dtype.is_float or
+                                                                        isinstance(v, int))) for v in (x, y))):
+            raise NkiNotImplemented(f"nl.{self.name}({x!r}, {y!r}): NKI's type promotion between these operands is "
+                                    f"not implemented; pass dtype=")
+        if len(tiles) == 2 and x.shape != y.shape and tiles[1].shape != (tiles[0].shape[0], 1) and \
+                tiles[0].shape != (tiles[1].shape[0], 1):
+            raise NkiNotImplemented(f"nl.{self.name}: broadcasting {list(x.shape)} with {list(y.shape)} is not "
+                                    f"implemented (same shapes, a [P, 1] column or a scalar)")
+        return _lib._Binary(self._alu)(x, y, dtype)
 
 
 _ALU = {"add": Alu.add, "subtract": Alu.subtract, "multiply": Alu.multiply, "divide": Alu.divide,
@@ -146,6 +179,8 @@ _ACT = {"copy": Act.identity, "square": Act.square, "sigmoid": Act.sigmoid, "rel
         "gelu_apprx_tanh": Act.gelu_tanh, "silu": Act.silu, "tanh": Act.tanh, "softplus": Act.softplus,
         "erf": Act.erf, "exp": Act.exp, "log": Act.log, "sin": Act.sin, "cos": Act.cos, "sqrt": Act.sqrt,
         "rsqrt": Act.rsqrt, "reciprocal": Act.reciprocal, "sign": Act.sign, "abs": Act.abs}
+# names with a tile-function form here: unary activation functions and binary arithmetic
+_FUNCTIONS = {0: {*_ACT}, 1: {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}}
 for _name in {*_ALU, *_ACT}:
     globals()[_name] = Operator(_name, _ALU.get(_name), _ACT.get(_name))
 
