@@ -246,8 +246,9 @@ class View:
         row = row_bytes // dt.itemsize if self.on_chip else 1
         total = self.shape[0] * row_bytes // dt.itemsize
         last = offset + sum(step * (num - 1) for step, num in pairs)
-        if offset < 0 or last >= total or (pairs[0][0] < 0):
-            raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} reaches element {last} of {total}")
+        if offset < 0 or last >= total or pairs[0][0] < 0:
+            raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} reaches element {last} of "
+                              f"{total}")
         (pstep, parts), free = pairs[0], tuple((num, step) for step, num in pairs[1:])
         if not self.on_chip:
             return type(self)(self.owner, dt, int(offset), ((parts, pstep),) + free)

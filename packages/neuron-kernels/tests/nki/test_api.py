@@ -7,11 +7,11 @@ import pytest
 
 import neuron_kernels
 import neuron_kernels.nki as nki
+from neuron_hal import DType
 from neuron_kernels import KernelError
 from neuron_kernels.nki import api
 from neuron_kernels.nki import isa as nisa
 from neuron_kernels.nki import language as nl
-from neuron_hal import DType
 from neuron_kernels.tensors import TensorHandle, hbm_tensor
 
 TENSOR = hbm_tensor(TensorHandle(0, "t", (4, 4), DType.float32, "in"))  # an HBM tensor as kernels receive one

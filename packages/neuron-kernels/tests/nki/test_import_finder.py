@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 

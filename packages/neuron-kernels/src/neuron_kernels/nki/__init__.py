@@ -27,9 +27,9 @@ from __future__ import annotations
 import functools
 import math
 
+import _neuron_kernels_nki as _finder
 import numpy as np
 
-import _neuron_kernels_nki as _finder
 from neuron_hal import DType, ExecutionReport
 
 from ..jit import Kernel
