@@ -129,3 +129,47 @@ def causal_iota(x):
     nisa.iota(dst=idx, pattern=[[1, f]], offset=7, channel_multiplier=f)
     nisa.dma_copy(dst=index, src=idx)
     return out, index
+
+
+@jit
+def attention(q, k, v, causal):
+    """softmax(q @ k.T / sqrt(d)) @ v for one head (S <= 128, d <= 128): TensorE transposes and matmuls, VectorE
+    max, ScalarE exp with a fused row sum, GpSimd causal mask, the 1/sum applied to the output."""
+    s, d = q.shape
+    out = nl.ndarray((s, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    qt, kt = [], []
+    for src in (q, k):
+        t = nl.ndarray((s, d), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=src)
+        tp = nl.ndarray((d, s), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=tp, data=t)
+        ts = nl.ndarray((d, s), dtype=src.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=ts, src=tp)
+        (qt if src is q else kt).append(ts)
+    vt = nl.ndarray((s, d), dtype=v.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=vt, src=v)
+    scores = nl.ndarray((s, s), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=scores, stationary=qt[0], moving=kt[0])
+    sc = nl.ndarray((s, s), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=sc, data=scores, op0=nl.multiply, operand0=1.0 / d ** 0.5)
+    if causal:  # keep key j <= query i: i - j >= 0
+        nisa.affine_select(dst=sc, pattern=[[-1, s]], offset=0, channel_multiplier=1, on_true_tile=sc,
+                           on_false_value=-30000.0, cmp_op=nl.greater_equal)
+    neg_max = nl.ndarray((s, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=sc, axis=1, negate=True)
+    probs = nl.ndarray((s, s), dtype=q.dtype, buffer=nl.sbuf)
+    total = nl.ndarray((s, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=probs, op=nl.exp, data=sc, bias=neg_max, reduce_op=nl.add, reduce_res=total,
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    pt_psum = nl.ndarray((s, s), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_transpose(dst=pt_psum, data=probs)
+    pt = nl.ndarray((s, s), dtype=q.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=pt, src=pt_psum)
+    o = nl.ndarray((s, d), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=o, stationary=pt, moving=vt)
+    inv = nl.ndarray((s, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.reciprocal(dst=inv, data=total)
+    res = nl.ndarray((s, d), dtype=q.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=res, data=o, op0=nl.multiply, operand0=inv)
+    nisa.dma_copy(dst=out, src=res)
+    return out

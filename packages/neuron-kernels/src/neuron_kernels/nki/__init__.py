@@ -118,12 +118,28 @@ class NkiKernel:
         np_kwargs = {k: _to_numpy(v) for k, v in kwargs.items()}
         out = self.kernel.run(np_args, np_kwargs, trace=trace or self.trace_path is not None)
         self.last_report = self.kernel.last_report
+        self._write_back(args, kwargs, np_args, np_kwargs)
         if self.trace_path is not None:
             self.last_report.save_trace(self.trace_path)
         like = next((a for a in likes if _torch() is not None and isinstance(a, _torch().Tensor)), None)
         if isinstance(out, tuple):
             return tuple(_from_numpy(o, like) for o in out)
         return None if out is None else _from_numpy(out, like)
+
+    def _write_back(self, args, kwargs, np_args, np_kwargs) -> None:
+        """Torch tensors the kernel wrote (inout arguments) get the result, when their host copy was not a view."""
+        torch = _torch()
+        if torch is None:
+            return
+        given = self.kernel.signature.bind(*args, **kwargs).arguments
+        host = self.kernel.signature.bind(*np_args, **np_kwargs).arguments
+        roles = {a.name: a.role for a in self.kernel.trace(*np_args, **np_kwargs).args}
+        for name, value in given.items():
+            if isinstance(value, torch.Tensor) and roles.get(name) == "inout":
+                written = _from_numpy(np.ascontiguousarray(host[name]), value)
+                if written.data_ptr() != value.data_ptr():
+                    with torch.no_grad():
+                        value.copy_(written)
 
     def __call__(self, *args, **kwargs):
         return self.run(args, kwargs)
