@@ -343,3 +343,24 @@ def test_tile_size_and_nc_version_outside_a_kernel():
     assert nisa.get_nc_version().value == prof.nc_version
     with pytest.raises(NotImplementedError, match="sbuf_min_align"):
         getattr(nl.tile_size, "sbuf_min_align")  # noqa: B009 (the attribute read is the test)
+
+
+def test_float_bias_is_one_constant_column_per_value():
+    @nki.jit
+    def biased(a):
+        p, f = a.shape
+        out = nl.ndarray((p, f), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((p, f), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.activation(dst=t, op=nl.copy, data=t, bias=1.5)
+        nisa.activation(dst=t[32:64, :], op=nl.copy, data=t[32:64, :], bias=1.5)  # partitions 32..63 again
+        nisa.activation(dst=t, op=nl.relu, data=t, bias=0.0, scale=-1.0)  # a zero bias is no bias
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = rng.standard_normal((64, 16)).astype(np.float32)
+    want = a + 1.5
+    want[32:64] += 1.5
+    np.testing.assert_allclose(biased(a), np.maximum(-want, 0.0), rtol=1e-6, atol=1e-6)
+    memsets = [i for i in biased.program(a).instructions if type(i).__name__ == "Memset"]
+    assert len(memsets) == 1

@@ -42,6 +42,9 @@ class reduce_cmd(enum.Enum):
     load_reduce = 4
 
 
+_reduce_cmd = reduce_cmd  # the enum, under a name activation's reduce_cmd parameter does not hide
+
+
 class dge_mode(enum.Enum):
     """DMA descriptor generation: the simulator costs every mode as static descriptors (addresses are static)."""
 
@@ -92,11 +95,16 @@ def nc_matmul(dst: View, stationary: View, moving: View, is_stationary_onezero: 
 
 
 def _column(value: float, like: View) -> View:
-    """An fp32 [P, 1] SBUF column holding ``value`` (a float bias becomes a bias vector, as NKI's compiler makes
-    one): one GpSimd memset."""
-    col = builder().tile((like.shape[0], 1), DType.float32, Space.SBUF, "const", None)
-    _lib.memset(col, float(value), engine=Engine.GPSIMD)
-    return col
+    """An fp32 [P, 1] SBUF column holding ``value``: a float bias becomes a bias vector, as NKI's compiler makes
+    one. One GpSimd memset per value and partition count in a kernel (the column lives while it is used)."""
+    b = builder()
+    consts = b.__dict__.setdefault("nki_constants", {})
+    first = like.hal_ap().start_partition if like.on_chip else 0  # the column spans the same partitions
+    key = (float(value), first + like.shape[0])
+    if key not in consts:
+        consts[key] = b.tile((key[1], 1), DType.float32, Space.SBUF, "const", None)
+        _lib.memset(consts[key], float(value), engine=Engine.GPSIMD)
+    return consts[key][first:key[1], :]
 
 
 def activation(dst: View, op, data: View, bias=None, scale=1.0, reduce_op=None, reduce_res: View | None = None,
@@ -104,7 +112,7 @@ def activation(dst: View, op, data: View, bias=None, scale=1.0, reduce_op=None, 
     """dst = op(data * scale + bias) on ScalarE, in fp32. ``bias``: a float or a [P, 1] column; ``scale``: a float
     or a [P, 1] column. With ``reduce_cmd=reset_reduce`` and ``reduce_res`` ([P, 1]), reduce_res also receives each
     partition's sum of the results (``reduce_op`` must be nl.add)."""
-    cmd = globals()["reduce_cmd"]
+    cmd = _reduce_cmd
     if engine not in (_lib.engine.scalar, _lib.engine.unknown, Engine.SCALAR):
         raise _unsupported(f"nisa.activation(engine={engine}) (GpSimd activation, NeuronCore-v4)")
     if reduce_cmd is cmd.reset_reduce:
