@@ -14,9 +14,13 @@
 Kernels reach devices only through neuron_hal, never by importing the simulator.
 """
 
+import _neuron_kernels_nki
+
 from . import isa, language
 from .errors import KernelError
 from .jit import Kernel, TensorSpec, jit, kernel
+
+_neuron_kernels_nki.register()  # ``import nki`` answers with neuron_kernels.nki when AWS's nki is absent
 
 __version__ = "0.0.1"
 __all__ = ["Kernel", "KernelError", "TensorSpec", "isa", "jit", "kernel", "language"]

@@ -6,6 +6,8 @@ Operands are views of HBM tensors or on-chip tiles; ``op`` arguments accept the 
 
 from __future__ import annotations
 
+import enum
+
 from neuron_hal import Act, Alu, Engine, Space
 from neuron_hal import isa as hal
 
@@ -14,6 +16,28 @@ from .tensors import View
 from .tracer import builder
 
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+
+
+class engine(enum.Enum):
+    """NKI's ``nisa.engine``: ``engine=`` of an instruction (the HAL enum is accepted too); ``unknown`` lets the
+    instruction take its default engine, as NKI's compiler chooses one."""
+
+    tensor = Engine.TENSOR
+    vector = Engine.VECTOR
+    scalar = Engine.SCALAR
+    gpsimd = Engine.GPSIMD
+    sync = Engine.SYNC
+    dma = "dma"
+    unknown = None
+
+
+def _engine(e, default: Engine) -> Engine:
+    e = e.value if isinstance(e, engine) else e
+    if e is None:
+        return default
+    if not isinstance(e, Engine):
+        raise KernelError(f"engine={e!r} is not a compute engine of this instruction (nisa.engine.vector, ...)")
+    return e
 
 
 def _alu(op) -> Alu:
@@ -47,8 +71,9 @@ def nc_matmul(dst: View, stationary: View, moving: View, accumulate: bool | None
     b.emit(hal.Matmul, dst=dst, stationary=stationary, moving=moving, accumulate=bool(accumulate))
 
 
-def nc_transpose(dst: View, data: View, engine: Engine = Engine.TENSOR) -> None:
-    builder().emit(hal.Transpose, dst=dst, src=data, engine=engine)
+def nc_transpose(dst: View, data: View, engine=engine.unknown, name: str | None = None) -> None:
+    """dst[F, P] = data[P, F] on TensorE (by default) or VectorE (at most 32x32)."""
+    builder().emit(hal.Transpose, dst=dst, src=data, engine=_engine(engine, Engine.TENSOR))
 
 
 def activation(dst: View, op, data: View, bias: View | None = None, scale=1.0, reduce_res: View | None = None) -> None:
@@ -57,12 +82,14 @@ def activation(dst: View, op, data: View, bias: View | None = None, scale=1.0, r
                    reduce_dst=reduce_res)
 
 
-def tensor_tensor(dst: View, data1: View, data2: View, op, engine: Engine = Engine.VECTOR) -> None:
-    builder().emit(hal.TensorTensor, dst=dst, a=data1, b=data2, op=_alu(op), engine=engine)
+def tensor_tensor(dst: View, data1: View, data2: View, op, engine=engine.unknown, name: str | None = None) -> None:
+    builder().emit(hal.TensorTensor, dst=dst, a=data1, b=data2, op=_alu(op), engine=_engine(engine, Engine.VECTOR))
 
 
 def tensor_scalar(dst: View, data: View, op0, operand0, reverse0: bool = False, op1=None, operand1=None,
-                  reverse1: bool = False, engine: Engine = Engine.VECTOR) -> None:
+                  reverse1: bool = False, engine=engine.unknown, name: str | None = None) -> None:
+    """dst = (data op0 operand0) op1 operand1; operands are immediates or [P, 1] columns."""
+    engine = _engine(engine, Engine.VECTOR)
     builder().emit(hal.TensorScalar, dst=dst, src=data, op0=_alu(op0), operand0=_scalar(operand0), reverse0=reverse0,
                    op1=None if op1 is None else _alu(op1), operand1=None if operand1 is None else _scalar(operand1),
                    reverse1=reverse1, engine=engine)
@@ -84,7 +111,7 @@ def scalar_tensor_tensor(dst: View, data: View, op0, operand0, op1, operand1: Vi
 
 
 def tensor_tensor_scan(dst: View, data0: View, data1: View, initial, op0, op1, reverse0: bool = False,
-                       reverse1: bool = False) -> None:
+                       reverse1: bool = False, name: str | None = None) -> None:
     """A scan along the free dims (flattened row-major) on VectorE, in FP32: ``dst[:, 0] = op1(op0(data0[:, 0],
     initial), data1[:, 0])``, ``dst[:, i] = op1(op0(data0[:, i], dst[:, i-1]), data1[:, i])``, with the state kept
     in FP32 and each element rounded once to dst's dtype.
@@ -99,35 +126,35 @@ def tensor_tensor_scan(dst: View, data0: View, data1: View, initial, op0, op1, r
                    op1=_alu(op1), reverse0=bool(reverse0), reverse1=bool(reverse1))
 
 
-def tensor_reduce(dst: View, data: View, op, axis, negate: bool = False, engine: Engine = Engine.VECTOR) -> None:
+def tensor_reduce(dst: View, data: View, op, axis, negate: bool = False, engine=engine.unknown) -> None:
     """Reduce over free ``axis`` (an int or tuple of tile dims, 1 = first free dim)."""
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     if any(a < 1 or a >= data.ndim for a in axes):
         raise KernelError(f"tensor_reduce axis {axis} must name free dims 1..{data.ndim - 1} of {data!r}")
     builder().emit(hal.TensorReduce, dst=dst, src=data, op=_alu(op), axes=tuple(a - 1 for a in axes), negate=negate,
-                   engine=engine)
+                   engine=_engine(engine, Engine.VECTOR))
 
 
-def bn_stats(dst: View, data: View) -> None:
+def bn_stats(dst: View, data: View, name: str | None = None) -> None:
     """dst [P, 6] = (count, mean, variance * count) of the even-indexed, then of the odd-indexed elements of each
     partition of ``data`` (free dims flattened row-major; at most ``nl.tile_size.bn_stats_fmax`` elements), in FP32
     on VectorE (Welford's update). Costs max(MIN_II, N) VectorE cycles."""
     builder().emit(hal.BnStats, dst=dst, src=data)
 
 
-def bn_aggr(dst: View, data: View) -> None:
+def bn_aggr(dst: View, data: View, name: str | None = None) -> None:
     """dst [P, 2] = (mean, population variance) per partition from the (count, mean, variance * count) triples of
     one or more ``bn_stats`` records in ``data`` [P, 3k], in FP32 on VectorE (Chan's combination). Costs
     max(MIN_II, 13 * N / 3) VectorE cycles, N = data's elements per partition."""
     builder().emit(hal.BnAggr, dst=dst, src=data)
 
 
-def tensor_copy(dst: View, src: View, engine: Engine = Engine.VECTOR) -> None:
-    builder().emit(hal.TensorCopy, dst=dst, src=src, engine=engine)
+def tensor_copy(dst: View, src: View, engine=engine.unknown, name: str | None = None) -> None:
+    builder().emit(hal.TensorCopy, dst=dst, src=src, engine=_engine(engine, Engine.VECTOR))
 
 
-def memset(dst: View, value, engine: Engine = Engine.VECTOR) -> None:
-    builder().emit(hal.Memset, dst=dst, value=float(value), engine=engine)
+def memset(dst: View, value, engine=engine.unknown, name: str | None = None) -> None:
+    builder().emit(hal.Memset, dst=dst, value=float(value), engine=_engine(engine, Engine.VECTOR))
 
 
 def iota(dst: View, steps, offset: int = 0, channel_multiplier: int = 0) -> None:

@@ -148,6 +148,10 @@ class Kernel:
         return program
 
     def __call__(self, *args, device: int = 0, driver=None, **kwargs):
+        return self.run(args, kwargs, device, driver)
+
+    def run(self, args, kwargs, device: int = 0, driver=None, trace: bool = False):
+        """Run with these arguments; ``trace=True`` records a Perfetto trace into ``last_report.trace``."""
         drv = driver or get_driver()
         program = self.trace(*args, profile=drv.profile, **kwargs)
         arrays = {name: v for name, v in self._bind(args, kwargs, drv.profile).arguments.items() if _is_tensor(v)}
@@ -160,7 +164,7 @@ class Kernel:
                 if arg.role in ("in", "inout"):
                     drv.write(device, addresses[-1], np.ascontiguousarray(arrays[arg.name], dtype=arg.dtype.numpy))
             try:
-                self.last_report = drv.execute(device, drv.load(device, program), addresses)
+                self.last_report = drv.execute(device, drv.load(device, program), addresses, trace=trace)
             except ProgramError as e:  # a rule only knowable at run time: point at the kernel line
                 where = program.meta["lines"][e.index]
                 raise KernelError(f"kernel {self.name!r} at {where}: [{e.rule}] {e.detail}\n"

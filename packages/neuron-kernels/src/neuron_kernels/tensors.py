@@ -33,8 +33,9 @@ class Buffer:
 class View:
     """A strided window onto an HBM tensor or an on-chip buffer."""
 
-    def __init__(self, owner, dtype: DType, offset: int, dims: tuple[tuple[int, int], ...]):
+    def __init__(self, owner, dtype: DType, offset: int, dims: tuple[tuple[int, int], ...], whole: bool = False):
         self.owner, self.dtype, self.offset, self.dims = owner, dtype, offset, tuple(dims)
+        self.whole = whole  # the tensor as made (an argument, nl.ndarray), not a view of it: .ap() applies
 
     # -- shape ----------------------------------------------------------------------------------
     @property
@@ -59,6 +60,69 @@ class View:
     def __repr__(self) -> str:
         where = self.owner.name
         return f"{type(self).__name__}({where}, shape={list(self.shape)}, {self.dtype})"
+
+    # -- NKI's NkiTensor attributes and views ---------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides of the free dims; a tile's partition dim counts as its per-partition size."""
+        row = self.owner.nbytes // self.dtype.itemsize if self.on_chip else None
+        return tuple(row if st == _FAR else st for _, st in self.dims)
+
+    @property
+    def buffer(self):
+        return self.space
+
+    @property
+    def name(self) -> str:
+        return self.owner.name
+
+    def is_contiguous(self) -> bool:
+        return self._contiguous()
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view's access pattern as [[stride, count], ...] (partition dim first)."""
+        return [[int(st), int(n)] for n, st in zip(self.shape, self.strides)]
+
+    def view(self, dtype) -> View:
+        """The same elements reinterpreted as another dtype of the same size (a bitcast)."""
+        dt = DType.of(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise NotImplementedError(f"{self!r}.view({dt}): a bitcast that changes the element size is not "
+                                      f"implemented (.ap(..., dtype=) on the whole tensor does it)")
+        return self.with_dtype(dt)
+
+    def permute(self, *dims) -> View:
+        """Reorder dims (a tile's partition dim stays first)."""
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], tuple | list) else tuple(dims)
+        if sorted(dims) != list(range(self.ndim)):
+            raise KernelError(f"{self!r}: permute{dims} is not a permutation of {self.ndim} dims")
+        if self.on_chip and dims[0] != 0:
+            raise KernelError(f"{self!r}: permute{dims} moves a tile's partition dim")
+        return type(self)(self.owner, self.dtype, self.offset, tuple(self.dims[d] for d in dims))
+
+    def broadcast(self, dim: int, size: int) -> View:
+        """The size-1 dim ``dim`` repeated ``size`` times (stride 0; not a tile's partition dim)."""
+        if self.shape[dim] != 1 or (self.on_chip and dim == 0):
+            raise KernelError(f"{self!r}: broadcast({dim}, {size}) needs a size-1 free dim")
+        dims = list(self.dims)
+        dims[dim] = (int(size), 0)
+        return type(self)(self.owner, self.dtype, self.offset, tuple(dims))
+
+    def expand_dim(self, dim: int) -> View:
+        """A new size-1 dim at ``dim``."""
+        if not (1 if self.on_chip else 0) <= dim <= self.ndim:
+            raise KernelError(f"{self!r}: expand_dim({dim}) out of range")
+        return type(self)(self.owner, self.dtype, self.offset, self.dims[:dim] + ((1, 1),) + self.dims[dim:])
+
+    def squeeze_dim(self, dim: int) -> View:
+        """Drop the size-1 dim ``dim``."""
+        if self.shape[dim] != 1 or (self.on_chip and dim == 0):
+            raise KernelError(f"{self!r}: squeeze_dim({dim}) needs a size-1 free dim")
+        return type(self)(self.owner, self.dtype, self.offset, self.dims[:dim] + self.dims[dim + 1:])
 
     # -- indexing -------------------------------------------------------------------------------
     def __getitem__(self, key) -> View:
@@ -157,8 +221,46 @@ class View:
             raise KernelError(f"{self!r}: bitcast to {dt} changes the element size")
         return type(self)(self.owner, dt, self.offset, self.dims)
 
+    def ap(self, pattern, *more, offset: int = 0, scalar_offset=None, vector_offset=None, indirect_dim: int = 0,
+           dtype=None) -> View:
+        """NKI's access pattern view: ``pattern`` [[step, num], ...] (first pair the partition dim) over this tensor's
+        elements taken row-major (a tile's partition p starts at element p * its per-partition size), from element
+        ``offset``; ``dtype`` reinterprets the storage (steps and offset then count elements of that dtype).
+        On-chip, the partition step must be the per-partition size (partitions are consecutive lanes)."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise NotImplementedError(f"{self!r}: .ap(scalar_offset=/vector_offset=) (runtime offsets) is not "
+                                      f"implemented")
+        if pattern and isinstance(pattern[0], int):  # ap([step, num], [step, num], ...)
+            pattern = [pattern, *more]
+        elif more:
+            offset = more[0]
+        pairs = [(int(step), int(num)) for step, num in pattern]
+        if not pairs or any(num < 1 for _, num in pairs) or any(step < 0 for step, _ in pairs[1:]):
+            raise KernelError(f"{self!r}: access pattern {pattern} needs [step, num] pairs with num >= 1")
+        if not self.whole:
+            raise KernelError(f"{self!r}: .ap() applies to a whole tensor, not to a slice or view of one")
+        dt = self.dtype if dtype is None else DType.of(dtype)
+        row_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
+        if row_bytes % dt.itemsize:
+            raise KernelError(f"{self!r}: cannot reinterpret {row_bytes} bytes per row as {dt}")
+        row = row_bytes // dt.itemsize if self.on_chip else 1
+        total = self.shape[0] * row_bytes // dt.itemsize
+        last = offset + sum(step * (num - 1) for step, num in pairs)
+        if offset < 0 or last >= total or pairs[0][0] < 0:
+            raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} reaches element {last} of "
+                              f"{total}")
+        (pstep, parts), free = pairs[0], tuple((num, step) for step, num in pairs[1:])
+        if not self.on_chip:
+            return type(self)(self.owner, dt, int(offset), ((parts, pstep),) + free)
+        if parts > 1 and pstep != row:
+            raise KernelError(f"{self!r}: access pattern partition step {pstep} must be the partition size {row}")
+        p0, e0 = divmod(int(offset), row)
+        if e0 + sum(step * (num - 1) for num, step in free) >= row:
+            raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} crosses a partition boundary")
+        return type(self)(self.owner, dt, p0 * _FAR + e0, ((parts, _FAR),) + free)
+
     # -- access pattern -------------------------------------------------------------------------
-    def ap(self) -> AP:
+    def hal_ap(self) -> AP:
         if not self.dims:
             raise KernelError(f"{self!r}: a 0-d view has no partition dim; index with a slice")
         (parts, pstride), free = self.dims[0], self.dims[1:]
@@ -234,12 +336,12 @@ class TensorHandle:
 
 
 def hbm_tensor(handle: TensorHandle) -> HBMTensor:
-    return HBMTensor(handle, handle.dtype, 0, _row_major(handle.shape))
+    return HBMTensor(handle, handle.dtype, 0, _row_major(handle.shape), whole=True)
 
 
 def tile_of(buffer: Buffer, shape, dtype: DType) -> Tile:
     free = _row_major(shape[1:])
-    return Tile(buffer, dtype, 0, ((shape[0], _FAR),) + free)
+    return Tile(buffer, dtype, 0, ((shape[0], _FAR),) + free, whole=True)
 
 
 @dataclass(frozen=True)
@@ -248,3 +350,20 @@ class DynSlice:
 
     start: int
     size: int
+
+
+def _nki_missing(name: str):
+    def method(self, *args, **kwargs):
+        raise NotImplementedError(f"nki.language.NkiTensor.{name} is not implemented by neuron-kernels' NKI front end "
+                                  f"(docs/nki.md)")
+
+    method.__name__ = name
+    method.__nki_missing__ = True
+    return method
+
+
+# NKI's NkiTensor methods this tensor type lacks: NotImplementedError naming them (nki/api.py lists their status)
+NKI_MISSING_METHODS = ("flatten_dims", "reshape_dim", "slice", "select", "rearrange", "indirect",
+                       "is_indirect", "vector_select", "reinterpret_cast")
+for _name in NKI_MISSING_METHODS:
+    setattr(View, _name, _nki_missing(_name))

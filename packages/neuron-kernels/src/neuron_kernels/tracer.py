@@ -115,7 +115,7 @@ class Builder:
 
 def _resolve(v):
     if isinstance(v, View):
-        ap = v.ap()
+        ap = v.hal_ap()
         if v.on_chip:
             ap = dataclasses.replace(ap, offset=ap.offset + v.owner.base)
         return ap

@@ -1,0 +1,183 @@
+"""The one table of NKI's public API names (``nki``, ``nki.language``, ``nki.isa``, as documented for NKI 0.3+ /
+Neuron 2.29-2.33) and what this front end does with each. ``docs/nki.md`` is generated from it (``python -c "from
+neuron_kernels.nki.api import markdown; print(markdown(), end='')" > docs/nki.md``); a test keeps the two equal.
+
+Every name marked ``missing`` is present in its module and raises ``NotImplementedError`` naming it when called (a
+function) or read (a constant): never a silently different result.
+"""
+
+from __future__ import annotations
+
+
+class NkiNotImplemented(NotImplementedError, AttributeError):
+    """An NKI API this front end does not implement (also an AttributeError, so ``hasattr`` probes say False)."""
+
+
+def missing(qualname: str, why: str = ""):
+    """A stand-in for an unimplemented NKI function: raises NotImplementedError naming it when called."""
+
+    def stub(*args, **kwargs):
+        raise NkiNotImplemented(f"{qualname} is not implemented by neuron-kernels' NKI front end"
+                                f"{': ' + why if why else ''} (docs/nki.md lists what is)")
+
+    stub.__name__ = stub.__qualname__ = qualname.rsplit(".", 1)[-1]
+    stub.__doc__ = f"{qualname}: not implemented (raises NotImplementedError). {why}"
+    stub.__nki_missing__ = True
+    return stub
+
+
+OK, PARTIAL, MISSING = "implemented", "partial", "missing"
+
+# module -> name -> (status, note). Ranked notes on what is missing come first in each module's missing list.
+API: dict[str, dict[str, tuple[str, str]]] = {
+    "nki": {
+        "jit": (PARTIAL, "numpy / torch (CPU, or any device via .cpu()) arguments, outputs in the caller's type; "
+                         "`kernel[n]` grids other than 1 (SPMD, LNC=2) are missing"),
+        "simulate": (OK, "values and the simulated device time (`last_report`); `trace_path=` writes a Perfetto "
+                         "trace"),
+        "benchmark": (OK, "`benchmark_result.nc_latency.get_latency_percentile(p)` from simulated device time "
+                          "(deterministic: every iteration gives the same figure); `save_trace_name` writes a "
+                          "Perfetto JSON trace, not an NTFF"),
+        "baremetal": (MISSING, "legacy entry point"),
+        "profile": (MISSING, "use benchmark(save_trace_name=...) or simulate(trace_path=...)"),
+        "collectives": (MISSING, "nki.collectives: cross-core collectives"),
+    },
+    "nki.language": {
+        **{d: (OK, "") for d in ("bool_", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float16",
+                                 "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn")},
+        **{d: (MISSING, "dtype not in the simulator") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
+                                                               "float4_e2m1fn_x4", "float8_e8m0fnu")},
+        "NkiTensor": (OK, "the tracer's tensor type (methods: the nki.language.NkiTensor table)"),
+        "ndarray": (PARTIAL, "`address=` (explicit placement) is missing; tiles are placed by liveness"),
+        "zeros": (PARTIAL, "on-chip buffers; HBM zeros are missing"),
+        "zeros_like": (PARTIAL, "as zeros"),
+        "ds": (OK, ""),
+        "affine_range": (OK, "unrolled at trace time; the simulator overlaps independent iterations"),
+        "sequential_range": (OK, "unrolled at trace time"),
+        "static_range": (OK, "unrolled at trace time"),
+        "dynamic_range": (MISSING, "on-chip loops with register bounds"),
+        "fori_loop": (MISSING, "on-chip loops"),
+        "while_loop": (MISSING, "on-chip loops"),
+        "sbuf": (OK, ""), "psum": (OK, ""),
+        "shared_hbm": (OK, "an HBM tensor: a kernel output when returned, else per-run scratch"),
+        "private_hbm": (OK, "as shared_hbm while kernels run on one core"),
+        "hbm": (OK, "alias of private_hbm, as in NKI"),
+        "program_id": (PARTIAL, "0: a launch is one program (grids are missing)"),
+        "num_programs": (PARTIAL, "1: a launch is one program (grids are missing)"),
+        "program_ndim": (PARTIAL, "0: a launch is one program (grids are missing)"),
+        "device_print": (MISSING, "printing tile values from the simulator"),
+        "tile_size": (OK, "pmax, psum_fmax, gemm_stationary_fmax, gemm_moving_fmax, bn_stats_fmax, "
+                          "total_available_sbuf_size (bytes per partition) from the profile; psum_min_align and "
+                          "sbuf_min_align are missing"),
+        "full": (PARTIAL, "on-chip buffers (one memset); HBM is missing"),
+        **{op: (OK, "operator for nisa `op=`; as a tile function `nl.op(x, y, dtype=)`: same shapes, a [P, 1] "
+                    "column or a scalar (other broadcasts and type promotion between tiles raise)") for op in (
+            "add", "subtract", "multiply", "divide", "maximum", "minimum", "power")},
+        **{op: (PARTIAL, "operator for nisa `op=`; the tile-function form is missing") for op in (
+            "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
+            "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")},
+        **{op: (OK, "activation for nisa `op=`; as a tile function `nl.op(x, dtype=)` one ScalarE activation "
+                    "(nl.copy: a tensor_copy)") for op
+           in ("copy", "square", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "tanh", "softplus", "erf",
+               "exp", "log", "sin", "cos", "sqrt", "rsqrt", "reciprocal", "sign", "abs")},
+        **{op: (MISSING, "operator not in the simulator's ALU/activation tables") for op in (
+            "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan", "fmod")},
+    },
+    "nki.language.NkiTensor": {
+        "shape": (OK, ""), "dtype": (OK, ""), "ndim": (OK, ""), "size": (OK, ""), "strides": (OK, ""),
+        "buffer": (OK, ""), "name": (OK, ""),
+        "ap": (PARTIAL, "pattern, offset, dtype on a whole tensor; scalar_offset/vector_offset (runtime offsets) "
+                        "are missing"),
+        "reshape": (OK, "without a copy; a tile keeps its partition dim"),
+        "view": (PARTIAL, "same-size dtype bitcast; size-changing views are missing"),
+        "permute": (OK, "a tile's partition dim stays first"),
+        "broadcast": (OK, "(dim, size) of a size-1 free dim, stride 0"),
+        "expand_dim": (OK, ""), "squeeze_dim": (OK, ""), "is_contiguous": (OK, ""), "get_pattern": (OK, ""),
+        "__getitem__": (OK, "ints, slices with positive steps, nl.ds, ..."),
+        **{m: (MISSING, "") for m in ("flatten_dims", "reshape_dim", "slice", "select", "rearrange", "indirect",
+                                       "is_indirect", "vector_select", "reinterpret_cast")},
+    },
+    "nki.isa": {
+        "nc_matmul": (PARTIAL, "PSUM accumulation as documented (first write overwrites, later ones add; "
+                               "`accumulate=`); is_transpose, tile_position/tile_size, perf_mode are missing"),
+        "nc_transpose": (OK, "TensorE or VectorE"),
+        "activation": (PARTIAL, "float or [P,1] bias and scale; reduce_res with reduce_cmd=reset_reduce "
+                                "(reduce_op=nl.add); register accumulation across instructions (reset/reduce/"
+                                "load_reduce) is missing"),
+        "activation_reduce": (OK, "activation with reduce_cmd=reset_reduce"),
+        "tensor_reduce": (OK, "NKI's argument order (dst, op, data, axis, negate, keepdims)"),
+        "tensor_partition_reduce": (OK, "GpSimd reduction over partitions into one partition"),
+        "tensor_tensor": (OK, ""),
+        "tensor_tensor_scan": (OK, ""),
+        "scalar_tensor_tensor": (PARTIAL, "reduce_res (fused reduction) is missing"),
+        "tensor_scalar": (OK, ""),
+        "tensor_copy": (OK, ""),
+        "memset": (OK, ""),
+        "iota": (OK, "pattern [[step, num], ...], offset, channel_multiplier"),
+        "affine_select": (OK, "pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op"),
+        "bn_stats": (OK, ""),
+        "bn_aggr": (OK, ""),
+        "reciprocal": (PARTIAL, "value exact (VectorE divide); costed as a tensor_scalar, not 8N cycles"),
+        "dma_copy": (PARTIAL, "static addresses (any dge_mode); dst_rmw_op and runtime (register/vector) offsets "
+                              "are missing"),
+        "dma_transpose": (PARTIAL, "2-D [P, F] -> [F, P]; axes= other than the 2-D swap is missing"),
+        "engine": (OK, ""), "reduce_cmd": (OK, ""), "dge_mode": (OK, ""), "oob_mode": (OK, ""),
+        "nc_version": (OK, ""), "get_nc_version": (OK, "from the traced profile"),
+        **{name: (MISSING, why) for name, why in (
+            ("tensor_scalar_reduce", "fused VectorE reduction"),
+            ("max8", "top-8 per partition"),
+            ("nc_find_index8", "index of top-8 values"),
+            ("nc_match_replace8", "replace top-8 values"),
+            ("select_reduce", "predicated copy with max reduction"),
+            ("range_select", "range predicate select"),
+            ("tensor_copy_predicated", "predicated copy"),
+            ("nonzero_with_count", "stream compaction"),
+            ("nc_stream_shuffle", "partition shuffle"),
+            ("local_gather", "GpSimd local gather"),
+            ("nc_n_gather", "GpSimd gather"),
+            ("tensor_copy_dynamic_src", "runtime-offset copy"),
+            ("tensor_copy_dynamic_dst", "runtime-offset copy"),
+            ("register_alloc", "registers and on-chip control flow"),
+            ("register_load", "registers"),
+            ("register_store", "registers"),
+            ("register_move", "registers"),
+            ("scalar_alu", "registers"),
+            ("core_barrier", "two-core (LNC=2) kernels"),
+            ("sendrecv", "two-core (LNC=2) kernels"),
+            ("tensor_scalar_cumulative", "cumulative tensor_scalar"),
+            ("exponential", "VectorE exponential"),
+            ("activate2", "NeuronCore-v4 activation"),
+            ("nc_matmul_mx", "MX quantized matmul (NeuronCore-v4)"),
+            ("quantize_mx", "MX quantization (NeuronCore-v4)"),
+            ("dma_compute", "DMA compute"),
+            ("dropout", "dropout"),
+            ("rng", "random numbers"),
+            ("rand2", "random numbers"),
+            ("rand_set_state", "random numbers"),
+            ("rand_get_state", "random numbers"),
+            ("set_rng_seed", "random numbers"),
+            ("sequence_bounds", "sequence bounds"),
+        )},
+    },
+}
+
+
+def status(module: str, name: str) -> str:
+    return API[module][name][0]
+
+
+def markdown() -> str:
+    """docs/nki.md: every name and its status."""
+    lines = ["# NKI on the simulator: API status", "",
+             "Generated from `packages/neuron-kernels/src/neuron_kernels/nki/api.py` "
+             "(`markdown()`; tests/nki/test_api.py checks this file against it). `missing` names exist and raise "
+             "`NotImplementedError` naming themselves; `partial` names implement what the note says and raise "
+             "`NotImplementedError` for the rest.", ""]
+    for module, names in API.items():
+        counts = {s: sum(1 for v in names.values() if v[0] == s) for s in (OK, PARTIAL, MISSING)}
+        lines += [f"## `{module}`", "", ", ".join(f"{n} {s}" for s, n in counts.items()), "",
+                  "| name | status | note |", "| --- | --- | --- |"]
+        for name, (st, note) in sorted(names.items(), key=lambda kv: ((OK, PARTIAL, MISSING).index(kv[1][0]), kv[0])):
+            lines.append(f"| `{name}` | {st} | {note} |")
+        lines.append("")
+    return "\n".join(lines)

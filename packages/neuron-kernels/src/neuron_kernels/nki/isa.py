@@ -1,0 +1,227 @@
+"""``nki.isa`` (``nisa``) on neuron-kernels' tracer: one call per NeuronCore instruction, destination first.
+
+Instructions whose NKI signature the library already has are the library's very functions (``tensor_tensor``,
+``tensor_scalar``, ``tensor_copy``, ``memset``, ``nc_transpose``, ``tensor_tensor_scan``, ``bn_stats``,
+``bn_aggr``); the ones whose NKI form differs are defined here once, in NKI's form, on the same tracer
+(``tensor_reduce``'s argument order, ``iota``'s and ``affine_select``'s ``pattern``, ``activation``'s float bias
+and ``reduce_cmd``, ...). The library keeps its older spellings of those for now (see docs/nki.md). Names of NKI's
+API this front end lacks raise NotImplementedError (see :mod:`.api`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+from neuron_hal import Alu, DType, Engine, Space
+from neuron_hal import isa as hal
+
+from .. import isa as _lib
+from ..errors import KernelError
+from ..tensors import View
+from ..tracer import builder
+from . import language as nl
+from .api import API, NkiNotImplemented, missing
+
+_MODULE = "nki.isa"
+
+engine = _lib.engine
+tensor_tensor, tensor_scalar, tensor_copy, memset = (_lib.tensor_tensor, _lib.tensor_scalar, _lib.tensor_copy,
+                                                     _lib.memset)
+nc_transpose, tensor_tensor_scan, bn_stats, bn_aggr = (_lib.nc_transpose, _lib.tensor_tensor_scan, _lib.bn_stats,
+                                                       _lib.bn_aggr)
+
+
+class reduce_cmd(enum.Enum):
+    """Engine accumulator-register commands."""
+
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+_reduce_cmd = reduce_cmd  # the enum, under a name activation's reduce_cmd parameter does not hide
+
+
+class dge_mode(enum.Enum):
+    """DMA descriptor generation: the simulator costs every mode as static descriptors (addresses are static)."""
+
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(enum.Enum):
+    """Out-of-bounds handling of dynamic DMA addresses (all addresses are static here: checked at trace time)."""
+
+    error = 0
+    skip = 1
+
+
+class nc_version(enum.Enum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class matmul_perf_mode(enum.Enum):
+    none = 0
+    double_row = 1
+
+
+def get_nc_version() -> nc_version:
+    return nc_version(nl._profile().nc_version)
+
+
+def _unsupported(what: str) -> NkiNotImplemented:
+    return NkiNotImplemented(f"{what} is not implemented by neuron-kernels' NKI front end (docs/nki.md)")
+
+
+def nc_matmul(dst: View, stationary: View, moving: View, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False, is_transpose: bool = False, accumulate=None, tile_position=(),
+              tile_size=(), perf_mode=matmul_perf_mode.none, name: str | None = None) -> None:
+    """dst[M, N] (PSUM, fp32) (+)= stationary[K, M].T @ moving[K, N] on TensorE. ``accumulate=None``: the first
+    matmul into a PSUM location overwrites it, later ones add. The onezero flags are performance hints only."""
+    if is_transpose:
+        raise _unsupported("nisa.nc_matmul(is_transpose=True)")
+    if tuple(tile_position) or tuple(tile_size):
+        raise _unsupported("nisa.nc_matmul(tile_position=/tile_size=) (TensorE row/column tiling)")
+    if perf_mode not in (None, matmul_perf_mode.none):
+        raise _unsupported(f"nisa.nc_matmul(perf_mode={perf_mode})")
+    _lib.nc_matmul(dst, stationary, moving, accumulate=accumulate)
+
+
+def _column(value: float, like: View) -> View:
+    """An fp32 [P, 1] SBUF column holding ``value``: a float bias becomes a bias vector, as NKI's compiler makes
+    one. One GpSimd memset per value and partition count in a kernel (the column lives while it is used)."""
+    b = builder()
+    consts = b.__dict__.setdefault("nki_constants", {})
+    first = like.hal_ap().start_partition if like.on_chip else 0  # the column spans the same partitions
+    key = (float(value), first + like.shape[0])
+    if key not in consts:
+        consts[key] = b.tile((key[1], 1), DType.float32, Space.SBUF, "const", None)
+        _lib.memset(consts[key], float(value), engine=Engine.GPSIMD)
+    return consts[key][first:key[1], :]
+
+
+def activation(dst: View, op, data: View, bias=None, scale=1.0, reduce_op=None, reduce_res: View | None = None,
+               reduce_cmd=reduce_cmd.idle, engine=engine.scalar, name: str | None = None) -> None:
+    """dst = op(data * scale + bias) on ScalarE, in fp32. ``bias``: a float or a [P, 1] column; ``scale``: a float
+    or a [P, 1] column. With ``reduce_cmd=reset_reduce`` and ``reduce_res`` ([P, 1]), reduce_res also receives each
+    partition's sum of the results (``reduce_op`` must be nl.add)."""
+    cmd = _reduce_cmd
+    if engine not in (_lib.engine.scalar, _lib.engine.unknown, Engine.SCALAR):
+        raise _unsupported(f"nisa.activation(engine={engine}) (GpSimd activation, NeuronCore-v4)")
+    if reduce_cmd is cmd.reset_reduce:
+        if reduce_res is None:
+            raise _unsupported("nisa.activation(reduce_cmd=reset_reduce) without reduce_res (register state "
+                               "kept for later instructions)")
+        if reduce_op is not None and getattr(reduce_op, "alu", reduce_op) is not Alu.add:
+            raise KernelError(f"nisa.activation: reduce_op must be nl.add, got {reduce_op!r}")
+    elif reduce_cmd is cmd.idle:
+        if reduce_res is not None:
+            raise _unsupported("nisa.activation(reduce_res=..., reduce_cmd=idle) (reading accumulator registers "
+                               "set by earlier instructions)")
+    else:
+        raise _unsupported(f"nisa.activation(reduce_cmd={reduce_cmd}) (accumulator registers across instructions)")
+    if bias is not None and not isinstance(bias, View):
+        bias = None if float(bias) == 0.0 else _column(bias, data)
+    _lib.activation(dst, op, data, bias=bias, scale=scale, reduce_res=reduce_res)
+
+
+def activation_reduce(dst: View, op, data: View, reduce_op, reduce_res: View, bias=None, scale=1.0,
+                      name: str | None = None) -> None:
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+               reduce_cmd=reduce_cmd.reset_reduce)
+
+
+def tensor_reduce(dst: View, op, data: View, axis, negate: bool = False, keepdims: bool = False,
+                  name: str | None = None) -> None:
+    """dst = op-reduction of data over free ``axis`` (an int or ints: the last free dims, ending at the last one),
+    on VectorE in fp32; ``negate`` multiplies the result by -1. ``keepdims`` keeps reduced dims as size 1 in dst."""
+    axes = (axis,) if isinstance(axis, int) else tuple(int(a) for a in axis)
+    axes = tuple(sorted(a + data.ndim if a < 0 else a for a in axes))
+    if not axes or axes[0] < 1 or axes[-1] != data.ndim - 1 or list(axes) != list(range(axes[0], data.ndim)):
+        raise KernelError(f"nisa.tensor_reduce: axis {axis} must be the last free dims of {data!r} "
+                          f"(ending at {data.ndim - 1}, partition axis 0 excluded)")
+    kept = data.shape[:axes[0]]
+    want = kept + (1,) * len(axes) if keepdims else kept
+    if math.prod(dst.shape) != math.prod(want) or dst.shape[0] != data.shape[0]:
+        raise KernelError(f"nisa.tensor_reduce: dst {dst!r} must have shape {list(want)} (or its elements)")
+    builder().emit(hal.TensorReduce, dst=dst, src=data, op=_lib._alu(op), axes=tuple(a - 1 for a in axes),
+                   negate=bool(negate), engine=Engine.VECTOR)
+
+
+def tensor_partition_reduce(dst: View, op, data: View, name: str | None = None) -> None:
+    """dst[0, :] = op-reduction of data over its partitions, on GpSimd."""
+    _lib.partition_reduce(dst, data, op)
+
+
+def scalar_tensor_tensor(dst: View, data: View, op0, operand0, op1, operand1: View, reverse0: bool = False,
+                         reverse1: bool = False, reduce_cmd=None, reduce_op=None, reduce_res: View | None = None,
+                         name: str | None = None) -> None:
+    if reduce_res is not None:
+        raise _unsupported("nisa.scalar_tensor_tensor(reduce_res=...) (fused reduction)")
+    _lib.scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=reverse0, reverse1=reverse1)
+
+
+def _pattern(dst: View, pattern) -> tuple[View, tuple[int, ...]]:
+    """NKI's [[step, num], ...] free pattern over dst: dst viewed as [P, num...] and the steps."""
+    pairs = [(int(step), int(num)) for step, num in pattern]
+    if not 1 <= len(pairs) <= 4:
+        raise KernelError(f"pattern {pattern}: 1 to 4 [step, num] pairs")
+    nums = tuple(num for _, num in pairs)
+    if math.prod(nums) != math.prod(dst.shape[1:]):
+        raise KernelError(f"pattern {pattern} has {math.prod(nums)} elements per partition; {dst!r} has "
+                          f"{math.prod(dst.shape[1:])}")
+    view = dst if dst.shape[1:] == nums else dst.reshape((dst.shape[0],) + nums)
+    return view, tuple(step for step, _ in pairs)
+
+
+def iota(dst: View, pattern, offset: int, channel_multiplier: int = 0, name: str | None = None) -> None:
+    """dst[p, i...] = offset + channel_multiplier * p + sum(step_k * i_k) for pattern [[step_k, num_k], ...]
+    (int32 math, cast to dst's dtype), on GpSimd."""
+    view, steps = _pattern(dst, pattern)
+    _lib.iota(view, steps, offset=int(offset), channel_multiplier=int(channel_multiplier))
+
+
+def affine_select(dst: View, pattern, offset: int, channel_multiplier: int, on_true_tile: View, on_false_value,
+                  cmp_op=nl.equal, name: str | None = None) -> None:
+    """dst = on_true_tile where cmp_op(offset + channel_multiplier * p + sum(step_k * i_k), 0) else
+    on_false_value, on GpSimd."""
+    view, steps = _pattern(dst, pattern)
+    src = on_true_tile if on_true_tile.shape == view.shape else on_true_tile.reshape(view.shape)
+    _lib.affine_select(view, src, steps, cmp_op, on_false_value, offset=int(offset),
+                       channel_multiplier=int(channel_multiplier))
+
+
+def reciprocal(dst: View, data: View, name: str | None = None) -> None:
+    """dst = 1 / data on VectorE (an exact fp32 divide; costed as a tensor_scalar)."""
+    _lib.tensor_scalar(dst, data, Alu.divide, 1.0, reverse0=True)
+
+
+def dma_copy(dst: View, src: View, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
+             engine=engine.unknown, name: str | None = None) -> None:
+    """dst = src by the DMA engines (HBM or SBUF on both sides; a dtype change casts)."""
+    if dst_rmw_op is not None:
+        raise _unsupported("nisa.dma_copy(dst_rmw_op=...) (read-modify-write DMA)")
+    _lib.dma_copy(dst, src)
+
+
+def dma_transpose(dst: View, src: View, axes=None, dge_mode=dge_mode.unknown, name: str | None = None) -> None:
+    """dst[f, p] = src[p, f] by the DMA engines."""
+    if axes is not None and tuple(axes) != (1, 0):
+        raise _unsupported(f"nisa.dma_transpose(axes={axes})")
+    _lib.dma_transpose(dst, src)
+
+
+for _name, (_status, _why) in API[_MODULE].items():
+    if _status == "missing" and _name not in globals():
+        globals()[_name] = missing(f"{_MODULE}.{_name}", _why)
+
+
+def __getattr__(name: str):
+    raise AttributeError(f"module {_MODULE!r} has no attribute {name!r}")
