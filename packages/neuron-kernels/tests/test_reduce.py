@@ -105,6 +105,16 @@ def test_max_min_argmax_argmin_one_dim(sd, dtype, keepdim, layout, tile_kib):
     np.testing.assert_array_equal(R.argmin(x, None, layout=layout), x.argmin())  # flattened
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, np.float32], ids=str)
+def test_arg_reductions_size_chunks_by_their_32bit_position_keys(dtype):
+    """A 16-bit input's chunk holds 4-byte position keys beside it: chunks sized by the input's 2 bytes overflowed
+    SBUF at the largest tile budget (max over dim 0 of [2, 64, 127], tile_kib=32)."""
+    x = np.round(np.random.default_rng(5).standard_normal((2, 64, 127)) * 2).astype(dtype)
+    v, i = R.max(x, 0, False, layout="A", tile_kib=32)
+    np.testing.assert_array_equal(v, x.max(axis=0))
+    np.testing.assert_array_equal(i, x.argmax(axis=0))
+
+
 @pytest.mark.parametrize("layout", ["A", "B"])
 def test_argmax_nan_is_the_first_maximum(layout):
     rng = np.random.default_rng(3)

@@ -337,6 +337,10 @@ class Op:
         """dtype of stage partials in HBM scratch."""
         return I32 if self.int and self.exact_int else F32
 
+    def widest(self, wdt: DType) -> int:
+        """Bytes per element of the widest [p, k, n, kc] tile a chunk makes: what sizes the chunks."""
+        return wdt.itemsize
+
     def chunk(self, c: Chunk) -> list:
         raise NotImplementedError
 
@@ -708,6 +712,9 @@ class ArgOp(Op):
         self.alu = Alu.max if is_max else Alu.min
         self.name = "argmax" if is_max else "argmin"
 
+    def widest(self, wdt):
+        return _max(wdt.itemsize, 4)  # the int32/fp32 position keys beside a 16-bit input
+
     def _key_value(self, m):
         """m with NaN mapped past every number (float) so (x cmp m') marks non-matches."""
         if self.int:
@@ -881,7 +888,7 @@ def run_stage(ctx: Ctx, op: Op, srcs: list, dsts: list, K0: int, R: int, K1: int
     P = ctx.P
     wdt = op.work_dt if count == 1 else op.partial_dt
     # elements per partition per tile; also bounds every free stride of a [p, k, n, kc] tile
-    E = _max(1, _min(budget // wdt.itemsize, ctx.prof.free_stride_max))
+    E = _max(1, _min(budget // op.widest(wdt), ctx.prof.free_stride_max))
     cap = ctx.prof.free_size_max
     if layout == "auto" or (layout == "B" and (R <= 1 or K0 >= P)):
         layout = plan_layout(ctx, K0, R, K1)
