@@ -177,3 +177,51 @@ def test_kineto_profiler_api():
             (x + 1) if step % 2 else (x * 2)
             prof.step()
     assert cycles == [["mul"], ["add"]]  # steps 2 and 5 (wait, warmup, active; twice)
+
+
+def test_kineto_compiled_graph():
+    x = _work()
+    f = torch.compile(lambda a: (a * 2 + 1).relu().sum())
+    f(x)  # compiled outside the profile
+    before = torch.neuron.metrics()
+    with profile(activities=DEVICE) as prof:
+        f(x)
+    spent = _spent(before, torch.neuron.metrics())
+    (kernel,) = _kernels(prof)  # the graph's call is one program
+    (op,) = spent
+    assert op in kernel.name and kernel.time_range.elapsed_us() == pytest.approx(spent[op] / 1e3, abs=NS)
+
+
+def test_kineto_backward():
+    """Backward runs on autograd's device thread: its kernels are linked to the backward ops there."""
+    w = torch.randn(16, 16).to("neuron").requires_grad_()
+    x = torch.randn(8, 16).to("neuron")
+    (x @ w).relu().sum().backward()  # traced and loaded outside the profile
+    w.grad = None
+    before = torch.neuron.metrics()
+    with profile(activities=DEVICE) as prof:
+        (x @ w).relu().sum().backward()
+    spent = _spent(before, torch.neuron.metrics())
+    kernels = _kernels(prof)
+    ops = {e.id: e for e in prof.events() if e.device_type == DeviceType.CPU}
+    assert sum(k.time_range.elapsed_us() for k in kernels) == pytest.approx(sum(spent.values()) / 1e3,
+                                                                             abs=len(kernels) * NS)
+    linked = [ops[k.linked_correlation_id] for k in kernels if k.linked_correlation_id in ops]
+    assert len(linked) == len(kernels)
+    assert len({e.thread for e in linked}) == 2  # the caller's and autograd's device thread
+    assert any(e.name == "aten::threshold_backward" for e in linked)
+
+
+def test_kineto_nested_profile_records_its_block():
+    """torch runs one kineto profile at a time (the inner one ends the outer, as for CPU-only profiles); the
+    inner one gets its own block's kernels."""
+    x = _work()
+    x * 2
+    with profile(activities=DEVICE):
+        x + 1
+        with profile(activities=DEVICE) as inner:
+            x * 2
+    assert [k.name for k in _kernels(inner)] == ["mul"]
+    with profile(activities=DEVICE) as after:  # and the next profile works as usual
+        x + 1
+    assert [k.name for k in _kernels(after)] == ["add"]
