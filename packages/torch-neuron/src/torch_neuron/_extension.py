@@ -51,7 +51,9 @@ def load(csrc: Path = CSRC, name: str = "torch_neuron_C", prefix: str = "torch")
                 name=name,
                 sources=[str(p) for p in _sources(csrc) if p.suffix == ".cpp"],
                 build_directory=str(path),
-                extra_cflags=["-O2", "-DTORCH_NEURON"],
+                extra_cflags=["-O2", "-DTORCH_NEURON", "-DUSE_KINETO"],  # torch's own build defines it: its
+                # profiler headers (the PrivateUse1 kineto registry, csrc/Kineto.cpp) are only declared with it
+                extra_include_paths=[str(Path(torch.__file__).with_name("include") / "kineto")],
                 verbose=bool(os.environ.get("TORCH_NEURON_BUILD_VERBOSE")),
             )
 

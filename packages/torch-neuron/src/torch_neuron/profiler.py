@@ -23,8 +23,9 @@ PyTorch's own profilers and the neuron device:
 - ``torch.profiler.profile(activities=[..., ProfilerActivity.PrivateUse1])`` runs kineto, which in torch 2.13
   takes device events only from a libkineto ``IActivityProfiler`` plugin registered through
   ``PrivateUse1ProfilerRegistry`` (``REGISTER_PRIVATEUSE1_PROFILER``); the stubs above are not consulted there.
-  That plugin is not built yet, so it records the CPU ops only; use this profiler (or the autograd profiler
-  above) for device time.
+  ``csrc/Kineto.cpp`` is that plugin (fed by ``torch_neuron.kineto``): each program execution is a device kernel
+  linked to the aten op that launched it. This profiler adds record_function ranges on the device timeline,
+  fallback markers, per-instruction tracks and nesting.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 // torch_neuron._C: the Python entry points of the C++ core.
 #include "Generator.h"
+#include "Kineto.h"
 #include "PinnedMemory.h"
 #include "Runtime.h"
 
@@ -46,5 +47,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_current_device", [] { return static_cast<int>(torch_neuron::current_device()); });
   m.def("_set_device", [](int d) { torch_neuron::set_current_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_default_generator", &torch_neuron::default_generator_of);
+  m.def("_kineto_record", &torch_neuron::kineto_record,
+        "(device, queue, device start ns, device end ns, op, program) -> whether a torch.profiler session records");
   m.def("_rng_reserve", &torch_neuron::reserve, "(generator, count) -> (seed, offset); advances the offset");
 }
