@@ -28,6 +28,7 @@ class Buffer:
     pool: tuple | None = None  # (call site, bufs) for tiles that rotate through a fixed ring
     base: int | None = None  # byte offset in each partition, set by the allocator
     id: int = field(default=-1)
+    pinned: bool = False  # placed by the kernel at ``base`` (nl.ndarray(address=)) for the whole kernel
 
 
 class View:
@@ -251,13 +252,13 @@ class View:
                               f"{total}")
         (pstep, parts), free = pairs[0], tuple((num, step) for step, num in pairs[1:])
         if not self.on_chip:
-            return type(self)(self.owner, dt, int(offset), ((parts, pstep),) + free)
+            return type(self)(self.owner, dt, self.offset + int(offset), ((parts, pstep),) + free)
         if parts > 1 and pstep != row:
             raise KernelError(f"{self!r}: access pattern partition step {pstep} must be the partition size {row}")
         p0, e0 = divmod(int(offset), row)
         if e0 + sum(step * (num - 1) for num, step in free) >= row:
             raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} crosses a partition boundary")
-        return type(self)(self.owner, dt, p0 * _FAR + e0, ((parts, _FAR),) + free)
+        return type(self)(self.owner, dt, self.offset + p0 * _FAR + e0, ((parts, _FAR),) + free)  # + a placed start
 
     # -- access pattern -------------------------------------------------------------------------
     def hal_ap(self) -> AP:

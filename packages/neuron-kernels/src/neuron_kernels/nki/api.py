@@ -48,7 +48,8 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         **{d: (MISSING, "dtype not in the simulator") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
                                                                "float4_e2m1fn_x4", "float8_e8m0fnu")},
         "NkiTensor": (OK, "the tracer's tensor type (methods: the nki.language.NkiTensor table)"),
-        "ndarray": (PARTIAL, "`address=` (explicit placement) is missing; tiles are placed by liveness"),
+        "ndarray": (PARTIAL, "on-chip `address=(start_partition, byte_offset)` places a tile there for the whole "
+                             "kernel (other tiles are placed by liveness around it); HBM `address=` is missing"),
         "zeros": (PARTIAL, "on-chip buffers; HBM zeros are missing"),
         "zeros_like": (PARTIAL, "as zeros"),
         "ds": (OK, ""),
@@ -75,13 +76,14 @@ API: dict[str, dict[str, tuple[str, str]]] = {
             "add", "subtract", "multiply", "divide", "maximum", "minimum", "power")},
         **{op: (PARTIAL, "operator for nisa `op=`; the tile-function form is missing") for op in (
             "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-            "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")},
+            "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "fmod",
+            "bypass")},
         **{op: (OK, "activation for nisa `op=`; as a tile function `nl.op(x, dtype=)` one ScalarE activation "
                     "(nl.copy: a tensor_copy)") for op
            in ("copy", "square", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "tanh", "softplus", "erf",
                "exp", "log", "sin", "cos", "sqrt", "rsqrt", "reciprocal", "sign", "abs")},
         **{op: (MISSING, "operator not in the simulator's ALU/activation tables") for op in (
-            "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan", "fmod")},
+            "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan")},
     },
     "nki.language.NkiTensor": {
         "shape": (OK, ""), "dtype": (OK, ""), "ndim": (OK, ""), "size": (OK, ""), "strides": (OK, ""),
