@@ -54,8 +54,10 @@ LOWERING: dict[str, tuple[str, str]] = {
     "dma_copy": (LOWERED, "`nisa.dma_copy(dst, src)`; the DMA queue is the NKI compiler's choice (NKI has no queue "
                           "index)"),
     "dma_transpose": (LOWERED, "`nisa.dma_transpose(dst, src)`; queue as dma_copy"),
-    "select": (NOT_LOWERED, "NKI's ISA has no one-instruction select: `tensor_copy_predicated` keeps dst where the "
-                            "predicate is false (two instructions, and the NKI front end lacks it)"),
+    "select": (LOWERED, "`nisa.select_reduce(dst, predicate, on_true, on_false)` without its reduction; on_false "
+                        "an immediate or a per-partition column (an AP reading one element per partition); an "
+                        "on_false tile of other values is not lowered (NKI takes a float or a [P, 1] vector). NKI's "
+                        "documented dtype limits (integer predicate, on_true not a 32-bit integer) are not checked"),
     "partition_broadcast": (NOT_LOWERED, "no NKI instruction copies one partition to all (a ones-matmul or "
                                          "`nc_stream_shuffle` would change the instruction sequence)"),
     "dma_gather": (NOT_LOWERED, "NKI spells it as a dma_copy over an indirect access pattern "
@@ -346,12 +348,23 @@ def _partition_reduce(ctx, ins: isa.PartitionReduce):
     return "tensor_partition_reduce", f"dst={ctx.ap(ins.dst)}", f"op={ctx.alu(ins.op)}", f"data={ctx.ap(ins.src)}"
 
 
+def _select(ctx, ins: isa.Select):
+    on_false = ins.on_false
+    if isinstance(on_false, AP):
+        if any(st != 0 for n, st in on_false.free if n > 1):
+            raise ctx.fail(f"on_false {on_false} is a tile of values; NKI's select_reduce takes a float or a [P, 1] "
+                           f"column")
+        on_false = dataclasses.replace(on_false, free=((1, 1),))  # the column the broadcast reads
+    return ("select_reduce", f"dst={ctx.ap(ins.dst)}", f"predicate={ctx.ap(ins.predicate)}",
+            f"on_true={ctx.ap(ins.on_true)}", f"on_false={ctx.operand(on_false)}")
+
+
 _EMIT = {
     "nc_matmul": _matmul, "nc_transpose": _transpose, "activation": _activation, "tensor_tensor": _tensor_tensor,
     "tensor_scalar": _tensor_scalar, "scalar_tensor_tensor": _scalar_tensor_tensor, "tensor_tensor_scan": _scan,
     "tensor_reduce": _tensor_reduce, "bn_stats": _unary("bn_stats"), "bn_aggr": _unary("bn_aggr"),
     "tensor_copy": _tensor_copy, "memset": _memset, "iota": _iota, "affine_select": _affine_select,
     "partition_reduce": _partition_reduce, "dma_copy": _unary("dma_copy", "src"),
-    "dma_transpose": _unary("dma_transpose", "src"),
+    "dma_transpose": _unary("dma_transpose", "src"), "select": _select,
 }
 assert set(_EMIT) == {op for op, (s, _) in LOWERING.items() if s is LOWERED}

@@ -111,6 +111,8 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "tensor_partition_reduce": (OK, "GpSimd reduction over partitions into one partition"),
         "tensor_tensor": (OK, ""),
         "tensor_tensor_scan": (OK, ""),
+        "select_reduce": (PARTIAL, "the select (on_false a float or a [P, 1] column); reduce_res (the fused max "
+                                  "reduction) and reverse_pred are missing"),
         "scalar_tensor_tensor": (PARTIAL, "reduce_res (fused reduction) is missing"),
         "tensor_scalar": (OK, ""),
         "tensor_copy": (OK, ""),
@@ -130,7 +132,7 @@ API: dict[str, dict[str, tuple[str, str]]] = {
             ("max8", "top-8 per partition"),
             ("nc_find_index8", "index of top-8 values"),
             ("nc_match_replace8", "replace top-8 values"),
-            ("select_reduce", "predicated copy with max reduction"),
+
             ("range_select", "range predicate select"),
             ("tensor_copy_predicated", "predicated copy"),
             ("nonzero_with_count", "stream compaction"),

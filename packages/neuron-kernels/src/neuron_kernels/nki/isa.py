@@ -198,6 +198,22 @@ def affine_select(dst: View, pattern, offset: int, channel_multiplier: int, on_t
                        channel_multiplier=int(channel_multiplier))
 
 
+def select_reduce(dst: View, predicate: View, on_true: View, on_false, reduce_res: View | None = None,
+                  reduce_cmd=reduce_cmd.idle, reduce_op=nl.maximum, reverse_pred: bool = False,
+                  name: str | None = None) -> None:
+    """dst = on_true where predicate != 0 else on_false, on VectorE; ``on_false`` a float or a [P, 1] column (read
+    for every element of its partition)."""
+    if reduce_res is not None or reduce_cmd is not _reduce_cmd.idle:
+        raise _unsupported("nisa.select_reduce(reduce_res=/reduce_cmd=) (the fused max reduction)")
+    if reverse_pred:
+        raise _unsupported("nisa.select_reduce(reverse_pred=True)")
+    if isinstance(on_false, View):
+        if on_false.shape[1:] and math.prod(on_false.shape[1:]) != 1:
+            raise KernelError(f"nisa.select_reduce: on_false {on_false!r} must be a float or a [P, 1] column")
+        on_false = on_false.reshape((on_false.shape[0],) + (1,) * (dst.ndim - 1)).broadcast_to(dst.shape)
+    _lib.select(dst, predicate, on_true, on_false)
+
+
 def reciprocal(dst: View, data: View, name: str | None = None) -> None:
     """dst = 1 / data on VectorE (an exact fp32 divide; costed as a tensor_scalar)."""
     _lib.tensor_scalar(dst, data, Alu.divide, 1.0, reverse0=True)
