@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from neuron_nrt import to_nki
+from neuron_nrt.lower import trailing_reduce
 
 from neuron_hal import AP, Program, get_driver, isa
 from neuron_kernels import nki as front_end
 from neuron_kernels.jit import TensorSpec
-from neuron_nrt import to_nki
-from neuron_nrt.lower import trailing_reduce
 
 
 def lowered_kernel(source: str):

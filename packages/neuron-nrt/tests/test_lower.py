@@ -4,13 +4,13 @@ simulator, and what cannot be lowered raises naming the instruction."""
 
 import ast
 
+import neuron_nrt
 import numpy as np
 import pytest
+from neuron_nrt import LOWERING, LoweringError, to_nki
 from roundtrip import execute, inputs_for, normalized, retrace
 
-import neuron_nrt
 from neuron_hal import AP, Act, Alu, DType, Engine, Program, TensorArg, get_driver, get_profile, isa
-from neuron_nrt import LOWERING, LoweringError, to_nki
 
 F32 = DType.float32
 P, N = 32, 16
@@ -155,5 +155,14 @@ def test_what_cannot_be_lowered_raises_naming_it(program, names):
 def test_the_hardware_driver_is_not_built():
     with pytest.raises(NotImplementedError, match="'nrt' hardware driver is not built yet"):
         neuron_nrt.driver()
-    from neuron_hal import driver_names
-    assert "nrt" not in driver_names()
+    from neuron_hal import DriverNotFoundError, driver_names
+    assert "nrt" not in driver_names()  # no entry point: nothing selects a driver that cannot run
+    with pytest.raises(DriverNotFoundError, match="'nrt' is not built yet"):
+        get_driver("nrt")
+
+
+def test_readme_table_is_the_lowering_table():
+    from pathlib import Path
+
+    from neuron_nrt.lower import markdown
+    assert markdown() in (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -7,13 +7,23 @@ import collections
 
 import numpy as np
 import pytest
+from neuron_nrt import LOWERING, LoweringError
 from roundtrip import execute, inputs_for, normalized, retrace
 
 from neuron_hal import DType, get_driver
-from neuron_kernels.library import attention, attention_short, elementwise, embedding, matmul, movement, norms
+from neuron_kernels.library import (
+    attention,
+    attention_short,
+    elementwise,
+    embedding,
+    matmul,
+    movement,
+    norms,
+    reduce,
+    softmax,
+    sort,
+)
 from neuron_kernels.library import random as rnd
-from neuron_kernels.library import reduce, softmax, sort
-from neuron_nrt import LOWERING, LoweringError
 
 F32, BF16 = np.float32, DType.bfloat16.numpy
 _rng = np.random.default_rng(0)

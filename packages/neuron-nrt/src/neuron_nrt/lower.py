@@ -368,3 +368,11 @@ _EMIT = {
     "dma_transpose": _unary("dma_transpose", "src"), "select": _select,
 }
 assert set(_EMIT) == {op for op, (s, _) in LOWERING.items() if s is LOWERED}
+
+
+def markdown() -> str:
+    """The lowering table as README.md shows it (a test keeps the two equal)."""
+    rows = ["| instruction | status | NKI / why not |", "| --- | --- | --- |"]
+    rows += [f"| `{op}` | {status} | {note} |" for op, (status, note) in LOWERING.items()]
+    alu = ", ".join(f"`{op.name}` ({why})" for op, why in ALU_WHY.items())
+    return "\n".join(rows) + f"\n\nALU ops without an NKI name of the same meaning (not lowered): {alu}.\n"
