@@ -41,8 +41,9 @@ LOWERING: dict[str, tuple[str, str]] = {
     "tensor_tensor_scan": (LOWERED, "`nisa.tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0, "
                                     "reverse1)`"),
     "tensor_reduce": (LOWERED, "`nisa.tensor_reduce(dst, op, data, axis, negate)` (VectorE and GpSimd: NKI's "
-                               "tensor_reduce names no engine, so a GpSimd reduction is issued without one); reduced axes "
-                               "that are not the trailing free dims are moved there (`trailing_reduce`)"),
+                               "tensor_reduce names no engine, so a GpSimd reduction is issued without one); "
+                               "reduced axes that are not the trailing free dims are moved there "
+                               "(`trailing_reduce`)"),
     "bn_stats": (LOWERED, "`nisa.bn_stats(dst, data)`"),
     "bn_aggr": (LOWERED, "`nisa.bn_aggr(dst, data)`"),
     "tensor_copy": (LOWERED, "`nisa.tensor_copy(dst, src, engine=)`"),
