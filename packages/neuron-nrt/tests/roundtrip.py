@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 
 import numpy as np
@@ -14,10 +15,17 @@ from neuron_kernels import nki as front_end
 from neuron_kernels.jit import TensorSpec
 
 
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    """``__import__`` for the lowered source: ``nki`` (and ``nki.isa``, ``nki.language``) is the project's NKI front
+    end, whatever ``nki`` sys.path would find (a test run puts neuron-kernels' tests/nki directory on it)."""
+    if level == 0 and (name == "nki" or name.startswith("nki.")):
+        return front_end
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
 def lowered_kernel(source: str):
     """The ``@nki.jit`` kernel ``source`` defines, with ``import nki`` answered by the project's NKI front end."""
-    front_end.install()
-    namespace: dict = {}
+    namespace: dict = {"__builtins__": {**vars(builtins), "__import__": _import}}
     exec(compile(source, "<lowered NKI kernel>", "exec"), namespace)
     kernels = [v for v in namespace.values() if isinstance(v, front_end.NkiKernel)]
     assert len(kernels) == 1, f"the lowered source defines {len(kernels)} nki.jit kernels"
