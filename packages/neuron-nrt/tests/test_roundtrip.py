@@ -7,6 +7,8 @@ import collections
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from neuron_nrt import LOWERING, LoweringError
 from roundtrip import execute, inputs_for, normalized, retrace
 
@@ -114,3 +116,23 @@ def test_every_lowered_instruction_the_library_emits_is_round_tripped(sim):
         "bn_aggr": "as bn_stats",
     }
     assert lowered - set(seen) == set(uncovered), sorted(lowered - set(seen))
+
+
+_KERNELS = {"add": lambda x: (elementwise.add, (x, x[::-1].copy())), "softmax": lambda x: (softmax.softmax, (x, -1)),
+            "rms_norm": lambda x: (norms.rms_norm, (x, np.ones(x.shape[-1], x.dtype), 1e-6)),
+            "sum": lambda x: (reduce.sum, (x, 0)), "transpose": lambda x: (movement.transpose, (x,))}
+
+
+@settings(max_examples=12, deadline=None)
+@given(kernel=st.sampled_from(sorted(_KERNELS)), rows=st.integers(1, 300), cols=st.integers(1, 700),
+       dtype=st.sampled_from([F32, BF16, np.float16]))
+def test_round_trip_over_shapes_and_dtypes(kernel, rows, cols, dtype):
+    x = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype(dtype)
+    fn, args = _KERNELS[kernel](x)
+    sim = get_driver("sim")
+    program, _, again = _round_trip(fn, args, sim)
+    assert normalized(again, program) == normalized(program, program)
+    inputs = inputs_for(program, seed=rows)
+    want, got = execute(program, inputs, sim), execute(again, inputs, sim)
+    for tensor in want:
+        assert np.array_equal(got[tensor], want[tensor], equal_nan=True), f"{kernel}: {tensor} differs"
