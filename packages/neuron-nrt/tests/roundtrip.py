@@ -39,12 +39,16 @@ def retrace(program: Program, profile) -> tuple[str, Program]:
     return source, lowered_kernel(source).program(*specs)
 
 
-def inputs_for(program: Program, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random values for every in/inout tensor (normal floats, small integers, 0/1 bools)."""
+def inputs_for(program: Program, seed: int = 0, given: dict | None = None) -> dict[str, np.ndarray]:
+    """Random values for every in/inout tensor (normal floats, small integers, 0/1 bools); integer tensors in
+    ``given`` (indices, seeds: values a kernel requires in range) keep those values."""
     rng = np.random.default_rng(seed)
     out = {}
     for a in program.args:
         if a.role not in ("in", "inout"):
+            continue
+        if not a.dtype.is_float and given is not None and a.name in given:
+            out[a.name] = np.asarray(given[a.name], a.dtype.numpy)
             continue
         if a.dtype.is_float:
             out[a.name] = (rng.standard_normal(a.shape) * 2).astype(a.dtype.numpy)

@@ -68,6 +68,12 @@ KINDS = {
                                                                              partition_stride=N, tensor=0)),
                           isa.DmaCopy(A, AP.sbuf(F32, P, (N,), offset=64))), "dma_copy"),
 }
+IDX = AP.sbuf(DType.int32, P, (1,), offset=320)
+REVERSED = isa.Iota(IDX, (0,), offset=P - 1, channel_multiplier=-1)  # idx[p] = P - 1 - p: every row once
+KINDS["dma_gather"] = (_program(REVERSED, isa.DmaGather(B, X, IDX), isa.TensorCopy(A, B)), "dma_copy")
+KINDS["dma_scatter"] = (Program("tiny", (TensorArg("x", (P, N), F32, "in"), TensorArg("out", (P, N), F32, "out")), (
+    isa.DmaCopy(A, X), REVERSED, isa.DmaScatter(OUT, A, IDX), isa.DmaScatter(OUT, A, IDX, accumulate=True))),
+    "dma_copy")
 _TRN3 = get_profile("trn3")
 
 
@@ -137,9 +143,8 @@ def _one(ins, *extra_args) -> Program:
 
 @pytest.mark.parametrize("program, names", [
     (_one(isa.PartitionBroadcast(A, AP.sbuf(F32, 1, (N,), offset=64))), "partition_broadcast"),
-    (_one(isa.DmaGather(A, AP.hbm(2, F32, (P, N)), AP.sbuf(DType.int32, P, (1,), offset=64)),
-          TensorArg("table", (P, N), F32, "in")), "dma_gather"),
-    (_one(isa.DmaScatter(AP.hbm(1, F32, (P, N)), A, AP.sbuf(DType.int32, P, (1,), offset=64))), "dma_scatter"),
+    (_one(isa.DmaGather(A, AP.hbm(2, F32, (P // 2, N)), AP.sbuf(DType.int32, P, (1,), offset=64)),
+          TensorArg("table", (P, N), F32, "in")), "NKI bounds an indirect access by its tensor"),
     (_one(isa.TensorScalar(A, A, Alu.abs_max, 0.0)), "abs_max"),
     (_one(isa.Select(A, B, A, C)), "tile of values"),
     (_one(isa.TensorCopy(A, AP(A.space, F32, P, ((N, -1),), offset=60))), "negative free stride"),

@@ -61,10 +61,11 @@ LOWERING: dict[str, tuple[str, str]] = {
                         "documented dtype limits (integer predicate, on_true not a 32-bit integer) are not checked"),
     "partition_broadcast": (NOT_LOWERED, "no NKI instruction copies one partition to all (a ones-matmul or "
                                          "`nc_stream_shuffle` would change the instruction sequence)"),
-    "dma_gather": (NOT_LOWERED, "NKI spells it as a dma_copy over an indirect access pattern "
-                                "(`.ap(vector_offset=, indirect_dim=)`), which the NKI front end does not implement"),
-    "dma_scatter": (NOT_LOWERED, "as dma_gather (indirect destination; `dst_rmw_op=nl.add` for accumulate), not in "
-                                 "the NKI front end"),
+    "dma_gather": (LOWERED, "`nisa.dma_copy(dst, src=table.ap(pattern=, offset=, vector_offset=index, "
+                            "indirect_dim=0))`; the gather must be bounded by its tensor (NKI bounds an indirect "
+                            "access by the tensor, the HAL by the AP's rows)"),
+    "dma_scatter": (LOWERED, "`nisa.dma_copy(dst=table.ap(..., vector_offset=index, indirect_dim=0), src)`, "
+                             "`dst_rmw_op=nl.add` when it accumulates; bounded as dma_gather"),
 }
 assert set(LOWERING) == set(isa.OPCODES), "every opcode of the ISA has a lowering status"
 
@@ -176,7 +177,7 @@ def _footer(program: Program, names: list[str]) -> list[str]:
 
 
 def _shape(shape) -> str:
-    return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"
+    return f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(map(str, shape))})"  # () for a 0-d tensor
 
 
 def _dtype(dt: DType, where: str) -> str:
@@ -360,13 +361,37 @@ def _select(ctx, ins: isa.Select):
             f"on_true={ctx.ap(ins.on_true)}", f"on_false={ctx.operand(on_false)}")
 
 
+def _indirect(ctx, table: AP, index: AP) -> str:
+    """``table`` (an HBM AP whose rows the index picks) as NKI's vector-offset access pattern."""
+    arg = ctx.program.args[table.tensor]
+    size = table.dtype.itemsize
+    total = math.prod(arg.shape) * arg.dtype.itemsize // size
+    span = table.offset // size + table.free_extent()[1]
+    rows = (total - span) // table.partition_stride + 1 if table.partition_stride > 0 else 0
+    if table.partition_stride < 1 or rows != table.partitions:
+        raise ctx.fail(f"the indexed table {table} holds {table.partitions} rows of stride "
+                       f"{table.partition_stride}; NKI bounds an indirect access by its tensor ({rows} rows)")
+    direct = ctx.ap(dataclasses.replace(table, partitions=index.partitions))
+    return direct[:-1] + f", vector_offset={ctx.ap(index)}, indirect_dim=0)"
+
+
+def _gather(ctx, ins: isa.DmaGather):
+    return "dma_copy", f"dst={ctx.ap(ins.dst)}", f"src={_indirect(ctx, ins.src, ins.index)}"
+
+
+def _scatter(ctx, ins: isa.DmaScatter):
+    args = ["dma_copy", f"dst={_indirect(ctx, ins.dst, ins.index)}", f"src={ctx.ap(ins.src)}"]
+    return (*args, "dst_rmw_op=nl.add") if ins.accumulate else tuple(args)
+
+
 _EMIT = {
     "nc_matmul": _matmul, "nc_transpose": _transpose, "activation": _activation, "tensor_tensor": _tensor_tensor,
     "tensor_scalar": _tensor_scalar, "scalar_tensor_tensor": _scalar_tensor_tensor, "tensor_tensor_scan": _scan,
     "tensor_reduce": _tensor_reduce, "bn_stats": _unary("bn_stats"), "bn_aggr": _unary("bn_aggr"),
     "tensor_copy": _tensor_copy, "memset": _memset, "iota": _iota, "affine_select": _affine_select,
     "partition_reduce": _partition_reduce, "dma_copy": _unary("dma_copy", "src"),
-    "dma_transpose": _unary("dma_transpose", "src"), "select": _select,
+    "dma_transpose": _unary("dma_transpose", "src"), "select": _select, "dma_gather": _gather,
+    "dma_scatter": _scatter,
 }
 assert set(_EMIT) == {op for op, (s, _) in LOWERING.items() if s is LOWERED}
 

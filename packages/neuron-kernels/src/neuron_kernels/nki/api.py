@@ -88,8 +88,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
     "nki.language.NkiTensor": {
         "shape": (OK, ""), "dtype": (OK, ""), "ndim": (OK, ""), "size": (OK, ""), "strides": (OK, ""),
         "buffer": (OK, ""), "name": (OK, ""),
-        "ap": (PARTIAL, "pattern, offset, dtype on a whole tensor; scalar_offset/vector_offset (runtime offsets) "
-                        "are missing"),
+        "ap": (PARTIAL, "pattern, offset, dtype on a whole tensor; vector_offset (a [P, 1] row-index tile) with "
+                        "indirect_dim=0 on a whole HBM tensor for dma_copy gathers/scatters; scalar_offset is "
+                        "missing"),
         "reshape": (OK, "without a copy; a tile keeps its partition dim"),
         "view": (PARTIAL, "same-size dtype bitcast; size-changing views are missing"),
         "permute": (OK, "a tile's partition dim stays first"),
@@ -122,8 +123,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "bn_stats": (OK, ""),
         "bn_aggr": (OK, ""),
         "reciprocal": (PARTIAL, "value exact (VectorE divide); costed as a tensor_scalar, not 8N cycles"),
-        "dma_copy": (PARTIAL, "static addresses (any dge_mode); dst_rmw_op and runtime (register/vector) offsets "
-                              "are missing"),
+        "dma_copy": (PARTIAL, "static addresses (any dge_mode); gather/scatter through a vector_offset access "
+                              "pattern (dst_rmw_op=nl.add: accumulating scatter); other dst_rmw_op and register "
+                              "offsets are missing"),
         "dma_transpose": (PARTIAL, "2-D [P, F] -> [F, P]; axes= other than the 2-D swap is missing"),
         "engine": (OK, ""), "reduce_cmd": (OK, ""), "dge_mode": (OK, ""), "oob_mode": (OK, ""),
         "nc_version": (OK, ""), "get_nc_version": (OK, "from the traced profile"),

@@ -221,9 +221,16 @@ def reciprocal(dst: View, data: View, name: str | None = None) -> None:
 
 def dma_copy(dst: View, src: View, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              engine=engine.unknown, name: str | None = None) -> None:
-    """dst = src by the DMA engines (HBM or SBUF on both sides; a dtype change casts)."""
-    if dst_rmw_op is not None:
-        raise _unsupported("nisa.dma_copy(dst_rmw_op=...) (read-modify-write DMA)")
+    """dst = src by the DMA engines (HBM or SBUF on both sides; a dtype change casts). An indirect (vector_offset)
+    src gathers rows, an indirect dst scatters them (``dst_rmw_op=nl.add``: adds into them)."""
+    if src.vector_index is not None and dst.vector_index is None and dst_rmw_op is None:
+        return _lib.dma_gather(dst, src, src.vector_index)
+    rmw = getattr(dst_rmw_op, "alu", dst_rmw_op)
+    if dst.vector_index is not None and src.vector_index is None and rmw in (None, Alu.add):
+        return _lib.dma_scatter(dst, src, dst.vector_index, accumulate=dst_rmw_op is not None)
+    if dst_rmw_op is not None or src.vector_index is not None or dst.vector_index is not None:
+        raise _unsupported(f"nisa.dma_copy(dst_rmw_op={dst_rmw_op!r}) (read-modify-write DMA other than an "
+                           f"indirect scatter with nl.add) or indirect access on both sides")
     _lib.dma_copy(dst, src)
 
 
