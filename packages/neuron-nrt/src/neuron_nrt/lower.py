@@ -63,7 +63,8 @@ LOWERING: dict[str, tuple[str, str]] = {
                                          "`nc_stream_shuffle` would change the instruction sequence)"),
     "dma_gather": (LOWERED, "`nisa.dma_copy(dst, src=table.ap(pattern=, offset=, vector_offset=index, "
                             "indirect_dim=0))`; the gather must be bounded by its tensor (NKI bounds an indirect "
-                            "access by the tensor, the HAL by the AP's rows)"),
+                            "access by the tensor, the HAL by the AP's rows); the index tile keeps the program's "
+                            "dtype (int32 from the library; NKI's examples use uint32)"),
     "dma_scatter": (LOWERED, "`nisa.dma_copy(dst=table.ap(..., vector_offset=index, indirect_dim=0), src)`, "
                              "`dst_rmw_op=nl.add` when it accumulates; bounded as dma_gather"),
 }
