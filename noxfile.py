@@ -13,7 +13,8 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"  # a rerun on the same clone reuses its environment (see install)
 
 PYTHON = "3.11"
-PACKAGES = ["packages/neuron-hal", "packages/neuron-sim", "packages/neuron-kernels", "packages/torch-neuron"]
+PACKAGES = ["packages/neuron-hal", "packages/neuron-sim", "packages/neuron-kernels", "packages/neuron-nrt",
+            "packages/torch-neuron"]
 TESTS = [f"{p}/tests" for p in PACKAGES]
 
 

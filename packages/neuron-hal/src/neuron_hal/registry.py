@@ -12,6 +12,9 @@ from .errors import DriverNotFoundError
 from .profiles import Profile, get_profile
 
 GROUP = "neuron_hal.drivers"
+# drivers that are planned but absent: asking for one says so rather than only "not installed"
+_NOT_BUILT = {"nrt": ". The Trainium hardware driver 'nrt' is not built yet: neuron-nrt holds only the lowering of "
+                     "programs to NKI (neuron_nrt.to_nki); use 'sim'"}
 
 
 @functools.cache
@@ -30,7 +33,7 @@ def load_driver_class(name: str) -> type[Driver]:
     if name not in eps:
         raise DriverNotFoundError(
             f"no neuron HAL driver {name!r}; installed: {', '.join(sorted(eps)) or 'none'} "
-            f"(entry-point group {GROUP!r})"
+            f"(entry-point group {GROUP!r}){_NOT_BUILT.get(name, '')}"
         )
     return eps[name].load()
 

@@ -41,6 +41,17 @@ class _Region:
             self.free.remove(best)
         return start
 
+    def reserve(self, start: int, size: int) -> None:
+        """Take [start, start + size) out of the free space for good (a tile the kernel placed itself)."""
+        end, kept = start + size, []
+        for f in self.free:
+            if f[1] <= start or f[0] >= end:
+                kept.append(f)
+                continue
+            kept += [[f[0], start, f[2]]] if f[0] < start else []
+            kept += [[end, f[1], f[2]]] if f[1] > end else []
+        self.free = kept
+
     def give(self, start: int, size: int, now: int) -> None:
         self.free.append([start, start + size, now])
         self.free.sort()
@@ -85,7 +96,11 @@ def allocate(kernel: str, buffers: list[Buffer], uses: list[list[int]], profile:
     rings: dict[tuple, list[Buffer]] = {}
     turns: dict[tuple, int] = {}
     live: list[tuple[int, int, Buffer]] = []  # heap of (last use, id, buffer)
-    for buf in sorted((b for b in buffers if b.id in first), key=lambda b: first[b.id]):
+    for buf in buffers:
+        if buf.pinned:
+            regions[buf.space].reserve(buf.base, _rounded(buf, profile))
+            peak[buf.space] = max(peak[buf.space], regions[buf.space].in_use())
+    for buf in sorted((b for b in buffers if b.id in first and not b.pinned), key=lambda b: first[b.id]):
         size = _rounded(buf, profile)
         ring = rings.setdefault(buf.pool, []) if buf.pool is not None else None
         if ring is not None and len(ring) == buf.pool[1]:

@@ -28,6 +28,7 @@ class Buffer:
     pool: tuple | None = None  # (call site, bufs) for tiles that rotate through a fixed ring
     base: int | None = None  # byte offset in each partition, set by the allocator
     id: int = field(default=-1)
+    pinned: bool = False  # placed by the kernel at ``base`` (nl.ndarray(address=)) for the whole kernel
 
 
 class View:
@@ -227,13 +228,14 @@ class View:
         elements taken row-major (a tile's partition p starts at element p * its per-partition size), from element
         ``offset``; ``dtype`` reinterprets the storage (steps and offset then count elements of that dtype).
         On-chip, the partition step must be the per-partition size (partitions are consecutive lanes)."""
-        if scalar_offset is not None or vector_offset is not None:
-            raise NotImplementedError(f"{self!r}: .ap(scalar_offset=/vector_offset=) (runtime offsets) is not "
-                                      f"implemented")
+        if scalar_offset is not None:
+            raise NotImplementedError(f"{self!r}: .ap(scalar_offset=) (a runtime offset) is not implemented")
         if pattern and isinstance(pattern[0], int):  # ap([step, num], [step, num], ...)
             pattern = [pattern, *more]
         elif more:
             offset = more[0]
+        if vector_offset is not None:
+            return self._indirect(pattern, offset, vector_offset, indirect_dim, dtype)
         pairs = [(int(step), int(num)) for step, num in pattern]
         if not pairs or any(num < 1 for _, num in pairs) or any(step < 0 for step, _ in pairs[1:]):
             raise KernelError(f"{self!r}: access pattern {pattern} needs [step, num] pairs with num >= 1")
@@ -244,20 +246,43 @@ class View:
         if row_bytes % dt.itemsize:
             raise KernelError(f"{self!r}: cannot reinterpret {row_bytes} bytes per row as {dt}")
         row = row_bytes // dt.itemsize if self.on_chip else 1
-        total = self.shape[0] * row_bytes // dt.itemsize
+        total = (self.shape[0] if self.shape else 1) * row_bytes // dt.itemsize  # a 0-d tensor: one element
         last = offset + sum(step * (num - 1) for step, num in pairs)
         if offset < 0 or last >= total or pairs[0][0] < 0:
             raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} reaches element {last} of "
                               f"{total}")
         (pstep, parts), free = pairs[0], tuple((num, step) for step, num in pairs[1:])
         if not self.on_chip:
-            return type(self)(self.owner, dt, int(offset), ((parts, pstep),) + free)
+            return type(self)(self.owner, dt, self.offset + int(offset), ((parts, pstep),) + free)
         if parts > 1 and pstep != row:
             raise KernelError(f"{self!r}: access pattern partition step {pstep} must be the partition size {row}")
         p0, e0 = divmod(int(offset), row)
         if e0 + sum(step * (num - 1) for num, step in free) >= row:
             raise KernelError(f"{self!r}: access pattern {pattern} at offset {offset} crosses a partition boundary")
-        return type(self)(self.owner, dt, p0 * _FAR + e0, ((parts, _FAR),) + free)
+        return type(self)(self.owner, dt, self.offset + p0 * _FAR + e0, ((parts, _FAR),) + free)  # + a placed start
+
+    vector_index: View | None = None  # the index tile of an indirect (vector_offset) access pattern
+
+    def _indirect(self, pattern, offset: int, index: View, indirect_dim: int, dtype) -> View:
+        """NKI's vector-offset access pattern on an HBM tensor: partition p starts ``index[p] * step`` elements past
+        ``offset`` (``step`` the first pair's). The view spans every row an index may name inside the tensor (the
+        bounds of the gather or scatter ``nisa.dma_copy`` makes of it); ``vector_index`` is the index tile."""
+        if self.on_chip or not self.whole or indirect_dim != 0:
+            raise NotImplementedError(f"{self!r}: .ap(vector_offset=) is implemented on a whole HBM tensor with "
+                                      f"indirect_dim=0")
+        if not isinstance(index, View) or not index.on_chip or math.prod(index.shape[1:]) != 1:
+            raise KernelError(f"{self!r}: vector_offset {index!r} must be an on-chip [P, 1] tile of row indices")
+        (step, parts), *rest = [(int(st), int(n)) for st, n in pattern]
+        dt = self.dtype if dtype is None else DType.of(dtype)
+        total = math.prod(self.shape) * self.dtype.itemsize // dt.itemsize
+        span = offset + sum(st * (n - 1) for st, n in rest) + 1  # elements one row reaches
+        if parts != index.shape[0] or step < 1 or any(st < 0 or n < 1 for st, n in rest) or span > total:
+            raise KernelError(f"{self!r}: indirect access pattern {pattern} at offset {offset} must give one row "
+                              f"of at most {total} elements per index partition ({index.shape[0]})")
+        view = type(self)(self.owner, dt, int(offset), ((((total - span) // step) + 1, step),) +
+                          tuple((n, st) for st, n in rest))
+        view.vector_index = index
+        return view
 
     # -- access pattern -------------------------------------------------------------------------
     def hal_ap(self) -> AP:

@@ -48,7 +48,8 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         **{d: (MISSING, "dtype not in the simulator") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
                                                                "float4_e2m1fn_x4", "float8_e8m0fnu")},
         "NkiTensor": (OK, "the tracer's tensor type (methods: the nki.language.NkiTensor table)"),
-        "ndarray": (PARTIAL, "`address=` (explicit placement) is missing; tiles are placed by liveness"),
+        "ndarray": (PARTIAL, "on-chip `address=(start_partition, byte_offset)` places a tile there for the whole "
+                             "kernel (other tiles are placed by liveness around it); HBM `address=` is missing"),
         "zeros": (PARTIAL, "on-chip buffers; HBM zeros are missing"),
         "zeros_like": (PARTIAL, "as zeros"),
         "ds": (OK, ""),
@@ -75,19 +76,21 @@ API: dict[str, dict[str, tuple[str, str]]] = {
             "add", "subtract", "multiply", "divide", "maximum", "minimum", "power")},
         **{op: (PARTIAL, "operator for nisa `op=`; the tile-function form is missing") for op in (
             "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and", "logical_or",
-            "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")},
+            "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "fmod",
+            "bypass")},
         **{op: (OK, "activation for nisa `op=`; as a tile function `nl.op(x, dtype=)` one ScalarE activation "
                     "(nl.copy: a tensor_copy)") for op
            in ("copy", "square", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "tanh", "softplus", "erf",
                "exp", "log", "sin", "cos", "sqrt", "rsqrt", "reciprocal", "sign", "abs")},
         **{op: (MISSING, "operator not in the simulator's ALU/activation tables") for op in (
-            "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan", "fmod")},
+            "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan")},
     },
     "nki.language.NkiTensor": {
         "shape": (OK, ""), "dtype": (OK, ""), "ndim": (OK, ""), "size": (OK, ""), "strides": (OK, ""),
         "buffer": (OK, ""), "name": (OK, ""),
-        "ap": (PARTIAL, "pattern, offset, dtype on a whole tensor; scalar_offset/vector_offset (runtime offsets) "
-                        "are missing"),
+        "ap": (PARTIAL, "pattern, offset, dtype on a whole tensor; vector_offset (a [P, 1] row-index tile) with "
+                        "indirect_dim=0 on a whole HBM tensor for dma_copy gathers/scatters; scalar_offset is "
+                        "missing"),
         "reshape": (OK, "without a copy; a tile keeps its partition dim"),
         "view": (PARTIAL, "same-size dtype bitcast; size-changing views are missing"),
         "permute": (OK, "a tile's partition dim stays first"),
@@ -109,6 +112,8 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "tensor_partition_reduce": (OK, "GpSimd reduction over partitions into one partition"),
         "tensor_tensor": (OK, ""),
         "tensor_tensor_scan": (OK, ""),
+        "select_reduce": (PARTIAL, "the select (on_false a float or a [P, 1] column); reduce_res (the fused max "
+                                  "reduction) and reverse_pred are missing"),
         "scalar_tensor_tensor": (PARTIAL, "reduce_res (fused reduction) is missing"),
         "tensor_scalar": (OK, ""),
         "tensor_copy": (OK, ""),
@@ -118,8 +123,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "bn_stats": (OK, ""),
         "bn_aggr": (OK, ""),
         "reciprocal": (PARTIAL, "value exact (VectorE divide); costed as a tensor_scalar, not 8N cycles"),
-        "dma_copy": (PARTIAL, "static addresses (any dge_mode); dst_rmw_op and runtime (register/vector) offsets "
-                              "are missing"),
+        "dma_copy": (PARTIAL, "static addresses (any dge_mode); gather/scatter through a vector_offset access "
+                              "pattern (dst_rmw_op=nl.add: accumulating scatter); other dst_rmw_op and register "
+                              "offsets are missing"),
         "dma_transpose": (PARTIAL, "2-D [P, F] -> [F, P]; axes= other than the 2-D swap is missing"),
         "engine": (OK, ""), "reduce_cmd": (OK, ""), "dge_mode": (OK, ""), "oob_mode": (OK, ""),
         "nc_version": (OK, ""), "get_nc_version": (OK, "from the traced profile"),
@@ -128,7 +134,7 @@ API: dict[str, dict[str, tuple[str, str]]] = {
             ("max8", "top-8 per partition"),
             ("nc_find_index8", "index of top-8 values"),
             ("nc_match_replace8", "replace top-8 values"),
-            ("select_reduce", "predicated copy with max reduction"),
+
             ("range_select", "range predicate select"),
             ("tensor_copy_predicated", "predicated copy"),
             ("nonzero_with_count", "stream compaction"),

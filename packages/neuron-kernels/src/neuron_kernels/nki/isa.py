@@ -198,6 +198,22 @@ def affine_select(dst: View, pattern, offset: int, channel_multiplier: int, on_t
                        channel_multiplier=int(channel_multiplier))
 
 
+def select_reduce(dst: View, predicate: View, on_true: View, on_false, reduce_res: View | None = None,
+                  reduce_cmd=reduce_cmd.idle, reduce_op=nl.maximum, reverse_pred: bool = False,
+                  name: str | None = None) -> None:
+    """dst = on_true where predicate != 0 else on_false, on VectorE; ``on_false`` a float or a [P, 1] column (read
+    for every element of its partition)."""
+    if reduce_res is not None or reduce_cmd is not _reduce_cmd.idle:
+        raise _unsupported("nisa.select_reduce(reduce_res=/reduce_cmd=) (the fused max reduction)")
+    if reverse_pred:
+        raise _unsupported("nisa.select_reduce(reverse_pred=True)")
+    if isinstance(on_false, View):
+        if on_false.shape[1:] and math.prod(on_false.shape[1:]) != 1:
+            raise KernelError(f"nisa.select_reduce: on_false {on_false!r} must be a float or a [P, 1] column")
+        on_false = on_false.reshape((on_false.shape[0],) + (1,) * (dst.ndim - 1)).broadcast_to(dst.shape)
+    _lib.select(dst, predicate, on_true, on_false)
+
+
 def reciprocal(dst: View, data: View, name: str | None = None) -> None:
     """dst = 1 / data on VectorE (an exact fp32 divide; costed as a tensor_scalar)."""
     _lib.tensor_scalar(dst, data, Alu.divide, 1.0, reverse0=True)
@@ -205,9 +221,16 @@ def reciprocal(dst: View, data: View, name: str | None = None) -> None:
 
 def dma_copy(dst: View, src: View, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              engine=engine.unknown, name: str | None = None) -> None:
-    """dst = src by the DMA engines (HBM or SBUF on both sides; a dtype change casts)."""
-    if dst_rmw_op is not None:
-        raise _unsupported("nisa.dma_copy(dst_rmw_op=...) (read-modify-write DMA)")
+    """dst = src by the DMA engines (HBM or SBUF on both sides; a dtype change casts). An indirect (vector_offset)
+    src gathers rows, an indirect dst scatters them (``dst_rmw_op=nl.add``: adds into them)."""
+    if src.vector_index is not None and dst.vector_index is None and dst_rmw_op is None:
+        return _lib.dma_gather(dst, src, src.vector_index)
+    rmw = getattr(dst_rmw_op, "alu", dst_rmw_op)
+    if dst.vector_index is not None and src.vector_index is None and rmw in (None, Alu.add):
+        return _lib.dma_scatter(dst, src, dst.vector_index, accumulate=dst_rmw_op is not None)
+    if dst_rmw_op is not None or src.vector_index is not None or dst.vector_index is not None:
+        raise _unsupported(f"nisa.dma_copy(dst_rmw_op={dst_rmw_op!r}) (read-modify-write DMA other than an "
+                           f"indirect scatter with nl.add) or indirect access on both sides")
     _lib.dma_copy(dst, src)
 
 

@@ -7,11 +7,13 @@ objects (``ds``, the ranges, the dtypes); where they differ, NKI's definition is
 
 from __future__ import annotations
 
+import math
+
 from neuron_hal import Act, Alu, DType, Space, get_profile
 
 from .. import language as _lib
 from ..errors import KernelError
-from ..tensors import View
+from ..tensors import _FAR, View
 from ..tracer import _current
 from .api import API, NkiNotImplemented, missing
 
@@ -42,17 +44,38 @@ hbm = private_hbm  # NKI: "HBM - Alias of private_hbm"
 
 def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> View:
     """A new tensor: an SBUF/PSUM tile (partition dim first) or an HBM tensor (returned: an output)."""
-    if address is not None:
-        raise NkiNotImplemented(f"nl.ndarray(address={address!r}): explicit placement is not implemented by "
-                                f"neuron-kernels' NKI front end; tiles are placed by liveness")
     if buffer is Ellipsis or buffer is None:
         buffer = sbuf
+    if address is not None:
+        return _placed(shape, dtype, buffer, name, address)
     if isinstance(buffer, _HBM) or buffer is Space.HBM:
         return _lib.ndarray(shape, dtype, Space.HBM, name or None)
     if buffer not in (sbuf, psum):
         raise KernelError(f"nl.ndarray: buffer {buffer!r} is not nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or "
                           f"nl.shared_hbm")
     return _lib.ndarray(shape, dtype, buffer, name or None)
+
+
+def _placed(shape, dtype, buffer, name: str, address) -> View:
+    """An on-chip tile at ``address`` = (start partition, byte offset in each partition), for the whole kernel."""
+    if buffer not in (sbuf, psum):
+        raise NkiNotImplemented(f"nl.ndarray(address={address!r}) in {buffer!r}: explicit placement is implemented "
+                                f"for nl.sbuf and nl.psum tiles only")
+    try:
+        start, offset = (int(a) for a in address)
+    except (TypeError, ValueError):
+        raise KernelError(f"nl.ndarray: address {address!r} must be (start_partition, byte_offset)") from None
+    shape = tuple(int(s) for s in shape)
+    p = _profile()
+    limit = p.sbuf_partition_bytes if buffer is sbuf else p.psum_partition_bytes
+    nbytes = math.prod(shape[1:]) * DType.of(dtype).itemsize
+    if start < 0 or offset < 0 or start + shape[0] > p.pmax or offset + nbytes > limit:
+        raise KernelError(f"nl.ndarray: a {list(shape)} {DType.of(dtype)} tile at address {address!r} does not fit "
+                          f"{buffer.value.upper()} ({p.pmax} partitions of {limit} bytes)")
+    tile = _lib.ndarray(shape, dtype, buffer, name or None)
+    tile.owner.base, tile.owner.pinned = offset, True
+    tile.offset += start * _FAR  # the view's partition offset (tensors.View.hal_ap)
+    return tile
 
 
 def zeros(shape, dtype, buffer=sbuf, name: str = "") -> View:
@@ -174,7 +197,8 @@ _ALU = {"add": Alu.add, "subtract": Alu.subtract, "multiply": Alu.multiply, "div
         "greater": Alu.greater, "greater_equal": Alu.greater_equal, "less": Alu.less, "less_equal": Alu.less_equal,
         "logical_and": Alu.logical_and, "logical_or": Alu.logical_or, "logical_xor": Alu.logical_xor,
         "bitwise_and": Alu.bitwise_and, "bitwise_or": Alu.bitwise_or, "bitwise_xor": Alu.bitwise_xor,
-        "left_shift": Alu.left_shift, "right_shift": Alu.right_shift}
+        "left_shift": Alu.left_shift, "right_shift": Alu.right_shift,
+        "fmod": Alu.mod, "bypass": Alu.bypass}  # fmod: C fmod, as the ALU's mod; bypass: the first operand
 _ACT = {"copy": Act.identity, "square": Act.square, "sigmoid": Act.sigmoid, "relu": Act.relu, "gelu": Act.gelu,
         "gelu_apprx_tanh": Act.gelu_tanh, "silu": Act.silu, "tanh": Act.tanh, "softplus": Act.softplus,
         "erf": Act.erf, "exp": Act.exp, "log": Act.log, "sin": Act.sin, "cos": Act.cos, "sqrt": Act.sqrt,
