@@ -404,8 +404,9 @@ def run(ctx: Ctx, mode: Mode, srcs: list, out, dim: int, budget: int, layout: st
         L = R // q
         isz_b = mode.scratch_bytes(sizes, K1 == 1 and L >= SLOT_N)
         lim_b = _min(limit, ctx.prof.free_stride_max * isz_b)
-        kc = _min(K1, cap, _max(1, lim_b // (L * isz_b + SEG_STATS_BYTES)))
-        if kc * (L * isz_b + SEG_STATS_BYTES) <= lim_b:  # a segment of every row fits: resident; else the two-pass rows path
+        per_col = L * isz_b + SEG_STATS_BYTES
+        kc = _min(K1, cap, _max(1, lim_b // per_col))
+        if kc * per_col <= lim_b:  # a segment of every row fits: resident; else the two-pass rows path
             return run_segments(ctx, mode, flat, oflat, K0, R, K1, kc)
     # layout A: k0 rows on partitions ("two_pass": force the long-row path, for tests). A tile
     # [p, k, n, kc] also needs n * kc within the free stride limit.
