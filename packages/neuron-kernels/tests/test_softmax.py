@@ -119,6 +119,15 @@ def test_long_rows_recompute_path():
     _close(SM.softmax(x, 1), ref_softmax(x, 1), BF16, 1e-6)
 
 
+@pytest.mark.parametrize("dtype,value", [(BF16, 1e30), (np.dtype(np.float16), 6e4)])
+def test_long_16bit_rows_with_a_large_max_recompute_exp_of_x_minus_max(dtype, value):
+    """The recompute path divides exp(x - max) by the sum: exp(x + (-max - log(sum))) lost log(sum) in the
+    rounding of a large max (rows of 1e30 gave 1.0, not 1/n)."""
+    x = np.full((128, 13000), value, dtype)
+    x[:, :5] = (value - 1.0) if dtype != BF16 else value / 2
+    _close(SM.softmax(x, 1), ref_softmax(x, 1), dtype, 1e-6, "softmax")
+
+
 def test_errors():
     x = np.zeros((4, 4), np.float32)
     with pytest.raises(KernelError, match="one dim"):

@@ -228,12 +228,8 @@ class Mode:
             if st[0] == "factor":  # layout B: resident e_i times a per-(partition, column) factor
                 return self._scale(self.e, st[1], out, c, Alu.multiply)
             nm, s = st
-            if resident and self.e is None:  # recompute: out = exp(x - max - log(sum)) on ScalarE, 16-bit out
-                bias = tile(c.sshape, F32, "rbias")
-                nisa.activation(bias, Act.log, s)
-                nisa.tensor_tensor(bias, nm, bias, Alu.subtract, engine=V)
-                self._act(out, x, bias, c)
-                return out
+            if resident and self.e is None:  # recompute: exp(x - max) again, in pieces
+                return self._recompute(x, nm, s, out, c)
             if resident:
                 e = self.e
             else:
@@ -325,20 +321,24 @@ class Mode:
             return made[0]
         return get
 
-    def _act(self, dst, src, bias, c: Chunk):
-        """dst = exp(src + bias) with bias [p, k, kc] per row (ScalarE)."""
+    def _recompute(self, x, nm, s, out, c: Chunk, piece: int = 1024):
+        """out = exp(x - max) / sum for rows too long to keep exp(x - max) in fp32: ScalarE recomputes each piece of
+        a row into a small fp32 tile and VectorE / GpSimd divide it into the 16-bit output. One ScalarE pass of
+        exp(x + (-max - log(sum))) would be cheaper, but that bias loses log(sum) in a large max's rounding (rows of
+        1e30 gave 1.0, not 1/n)."""
         ctx = self.ctx
-        if c.per_slot:
-            for j in range(c.k):
-                sl = slice(j, j + 1)
-                ctx.charge(S, ctx.cycles("act", S, c.n))
-                nisa.activation(dst[:, sl], Act.exp, src[:, sl], bias=bias[:, sl])
-        else:
-            n = math.prod(src.shape[1:])
-            d = nl.ndarray(src.shape, F32, name="ad")
-            nisa.tensor_tensor(d, src, bcast(bias, c.n), Alu.add, engine=_ew_engine(ctx, "tt", n))
-            ctx.charge(S, ctx.cycles("act", S, n))
-            nisa.activation(dst, Act.exp, d)
+        rs = tile(c.sshape, F32, "rrs")
+        nisa.tensor_scalar(rs, s, Alu.divide, 1.0, reverse0=True, engine=V)
+        for j in range(c.k):
+            sl = slice(j, j + 1)
+            for a in range(0, c.n, piece):
+                b = _min(c.n, a + piece)
+                e = nl.ndarray((c.p, 1, b - a, c.kc), F32, name="rpe")
+                ctx.charge(S, ctx.cycles("act", S, b - a))
+                nisa.activation(e, Act.exp, x[:, sl, a:b], bias=nm[:, sl])
+                en = ctx.pick({g: ctx.cycles("ts", g, b - a) for g in (V, G)})
+                nisa.tensor_scalar(out[:, sl, a:b], e, Alu.multiply, rs[:, sl], engine=en)
+        return out
 
     def _scale(self, src, st, dst, c: Chunk, op: Alu):
         """dst = op(src, st) with st [p, k, kc] per row: per-row tensor_scalar (VectorE/GpSimd) or
