@@ -131,8 +131,7 @@ class Mode:
                 n = math.prod(x.shape[1:])
                 nisa.tensor_tensor(d, x, bcast(nm, c.n), Alu.add, engine=_ew_engine(ctx, "tt", n))
                 ctx.charge(S, ctx.cycles("act", S, n))
-                if self.name == LOG and keep and not c.seg:  # x - max stays for the output, (x - max) - log(sum)
-                    # (not for a segment: its max is not the row's)
+                if self.name == LOG and keep:  # x - max stays for the output, (x - max) - log(sum)
                     ex = x if x.dtype is F32 else nl.ndarray(x.shape, F32, name="ex")
                     nisa.activation(ex, Act.exp, d)
                     reduce_free(ctx, s, ex, Alu.add)
@@ -205,14 +204,20 @@ class Mode:
                 scaled.append((sc, Q, None))
                 nMb.append((b, f))
             out = []
-            for ((_, _), Q), (b, f) in zip(parts, nMb):
+            for ((nm_i, _), Q), (b, f) in zip(parts, nMb):
                 tot = combine_sum(ctx, scaled, kc, bcast_to=Q)  # the row sum on this group's partitions
                 if self.name == FWD:  # e_i = exp(x - max_i) is resident: scale it by exp(max_i - max) / sum
                     fac = tile((Q, 1, kc), F32, "cfac")
                     nisa.tensor_tensor(fac, f, tot, Alu.divide, engine=V)
                     out.append(["factor", fac])
-                else:  # out = x - max - log(sum): stats (nm = -max of the row, sum of the row)
-                    out.append([b, tot])
+                else:  # out = (x - max_i) + ((max_i - max) - log(sum)): x - max_i is kept; max_i - max is small
+                    # where the max is large next to the spread, so log(sum) survives the rounding
+                    corr = tile((Q, 1, kc), F32, "ccorr")
+                    nisa.tensor_tensor(corr, b, nm_i, Alu.subtract, engine=V)
+                    ls = tile((Q, 1, kc), F32, "cls")
+                    nisa.activation(ls, Act.log, tot)
+                    nisa.tensor_tensor(corr, corr, ls, Alu.subtract, engine=V)
+                    out.append(["shift", nm_i, corr])
             return out
         tots = [(st[0], Q, None) for st, Q in parts]
         return [[combine_sum(ctx, tots, kc, bcast_to=Q)] for _, Q in parts]
@@ -279,25 +284,27 @@ class Mode:
         x + (-max - log(sum)) loses log(sum) in the rounding of a large max (log_softmax of [1e20, 1e20] gave 0,
         of float16 65504s -0.6914)."""
         ctx = self.ctx
-        nm, s = st
-        ls = tile(c.sshape, F32, "lls")
-        ctx.charge(S, ctx.cycles("act", S, c.k * c.kc))
-        nisa.activation(ls, Act.log, s)
+        if st[0] == "shift":  # layout B: (x - max_i) + corr, from the combine
+            nm, ls, op = st[1], st[2], Alu.add
+        else:
+            nm, s = st
+            ls, op = tile(c.sshape, F32, "lls"), Alu.subtract
+            ctx.charge(S, ctx.cycles("act", S, c.k * c.kc))
+            nisa.activation(ls, Act.log, s)
         out = x if x.dtype == self.out_dt else nl.ndarray(x.shape, self.out_dt, name="out")
         if c.per_slot:  # one two-op tensor_scalar per row on VectorE / GpSimd
             fast = is16(x.dtype) and is16(out.dtype)
             for j in range(c.k):
                 sl = slice(j, j + 1)
                 e = ctx.pick({en: ctx.cycles("ts", en, c.n, fast and en is V) for en in (V, G)})
-                nisa.tensor_scalar(out[:, sl], x[:, sl], Alu.add, nm[:, sl], op1=Alu.subtract, operand1=ls[:, sl],
-                                   engine=e)
+                nisa.tensor_scalar(out[:, sl], x[:, sl], Alu.add, nm[:, sl], op1=op, operand1=ls[:, sl], engine=e)
             return out
         n = math.prod(x.shape[1:])
         d = self.e if resident and self.e is not None else None  # x - max, kept by the statistics
         if d is None:
             d = nl.ndarray(x.shape, F32, name="lxm")
             nisa.tensor_tensor(d, x, bcast(nm, c.n), Alu.add, engine=_ew_engine(ctx, "tt", n))
-        nisa.tensor_tensor(out, d, bcast(ls, c.n), Alu.subtract, engine=_ew_engine(ctx, "tt", n))
+        nisa.tensor_tensor(out, d, bcast(ls, c.n), op, engine=_ew_engine(ctx, "tt", n))
         return out
 
     def _act_operand(self, st, op: Alu, c: Chunk):
