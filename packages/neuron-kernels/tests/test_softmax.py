@@ -119,6 +119,15 @@ def test_long_rows_recompute_path():
     _close(SM.softmax(x, 1), ref_softmax(x, 1), BF16, 1e-6)
 
 
+@pytest.mark.parametrize("dtype,value", [(BF16, 1e30), (np.dtype(np.float16), 6e4)])
+def test_long_16bit_rows_with_a_large_max_recompute_exp_of_x_minus_max(dtype, value):
+    """The recompute path divides exp(x - max) by the sum: exp(x + (-max - log(sum))) lost log(sum) in the
+    rounding of a large max (rows of 1e30 gave 1.0, not 1/n)."""
+    x = np.full((128, 13000), value, dtype)
+    x[:, :5] = (value - 1.0) if dtype != BF16 else value / 2
+    _close(SM.softmax(x, 1), ref_softmax(x, 1), dtype, 1e-6, "softmax")
+
+
 def test_errors():
     x = np.zeros((4, 4), np.float32)
     with pytest.raises(KernelError, match="one dim"):
@@ -149,3 +158,57 @@ def test_layouts_on_medium_shapes(shape, dim, layout):
         x = (rng.standard_normal(shape) * 3).astype(dtype)
         _close(SM.softmax(x, dim, layout=layout), ref_softmax(x, dim), dtype, 1e-6, "softmax")
         _close(SM.log_softmax(x, dim, layout=layout), ref_log_softmax(x, dim), dtype, 1.0, "log_softmax")
+
+
+@pytest.mark.parametrize("layout", ["A", "B", "two_pass"])
+def test_log_softmax_subtracts_the_log_of_the_sum_after_the_max(layout):
+    """(x - max) - log(sum), as torch orders it: x - max is exact near the max, while x + (-max - log(sum)) lost
+    log(sum) in the rounding of a large max ([1e20, 1e20] gave 0, not -log 2; float16 65504s gave -0.6914)."""
+    cases = [(np.full((2, 300), 1e20, np.float32), 1), (np.full((300, 2), 1e20, np.float32), 0),
+             (np.full((2, 1, 1), 65504, np.float16), 0), (np.full((3, 130), 65504, np.float16), 1),
+             ((np.random.default_rng(0).standard_normal((4, 300)) + 1e4).astype(np.float32), 1)]
+    for x, dim in cases:
+        got = SM.log_softmax(x, dim, layout=layout)
+        _close(got, ref_log_softmax(x, dim), x.dtype, 0.0, f"log_softmax {x.shape} {x.dtype} dim={dim}")
+
+
+@pytest.mark.parametrize("layout", ["B", "two_pass"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_part_of_a_row_that_is_all_minus_inf_takes_no_weight(layout, dtype):
+    """Segments (layout B) and chunks (two passes) of a row are merged by their max: a part holding only -inf has
+    max -inf, and exp(x - max) = exp(-inf + inf) made the whole row NaN; it takes weight 0, as in torch."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 2053)).astype(np.float32)
+    x[0, :7] = -np.inf
+    y = rng.standard_normal((300, 5)).astype(np.float32)
+    y[:200, 0] = -np.inf
+    y[:, 1] = -np.inf  # a whole row of -inf stays NaN
+    y[:, 2] = float(ml_dtypes.finfo(dtype).min)  # a row of the dtype's minimum is uniform
+    for a, dim in ((x.astype(dtype), 0), (y.astype(dtype), 0), (y.T.copy().astype(dtype), 1)):
+        with np.errstate(all="ignore"):
+            ref, lref = ref_softmax(a, dim), ref_log_softmax(a, dim)
+        got, lgot = SM.softmax(a, dim, layout=layout), SM.log_softmax(a, dim, layout=layout)
+        assert (np.isnan(got) == np.isnan(ref)).all() and (np.isnan(lgot) == np.isnan(lref)).all()
+        ok = ~np.isnan(ref)
+        _close(np.where(ok, got, 0).astype(dtype), np.where(ok, ref, 0), np.dtype(dtype), 1e-6, "softmax")
+        ok = np.isfinite(lref)
+        np.testing.assert_array_equal(lgot[~ok].astype(np.float64), lref[~ok])  # -inf where x is, NaN rows
+        _close(np.where(ok, lgot, 0).astype(dtype), np.where(ok, lref, 0), np.dtype(dtype), 1.0, "log_softmax")
+
+
+@pytest.mark.parametrize("shape,dtype", [((2, 2053, 7), BF16), ((2, 57000), np.dtype(np.float32)),
+                                         ((3, 19000), np.dtype(np.float16)), ((130, 440), BF16)])
+def test_a_short_dim_across_partitions_before_many_columns_fits_sbuf(shape, dtype):
+    """Layout B over a dim of 2+ before ~14k-57k columns: the chunk's columns are sized with the per-column
+    statistics of the combine, which outgrew SBUF (a KernelError on valid input)."""
+    x = (np.random.default_rng(2).standard_normal(shape) * 3).astype(dtype)
+    _close(SM.softmax(x, 0, layout="B"), ref_softmax(x, 0), dtype, 1e-6, "softmax")
+    _close(SM.log_softmax(x, 0, layout="B"), ref_log_softmax(x, 0), dtype, 1.0, "log_softmax")
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)])
+def test_few_long_16bit_rows_keep_their_exps_across_partitions(dtype):
+    """A 16-bit row of 40000 takes the recompute path in layout A; cut across partitions (layout B) each segment
+    keeps exp(x - max_i) for the combine's rescale (its absence raised an internal AttributeError)."""
+    x = (np.random.default_rng(5).standard_normal((2, 40000)) * 3).astype(dtype)
+    _close(SM.softmax(x, 1), ref_softmax(x, 1), dtype, 1e-6, "softmax")

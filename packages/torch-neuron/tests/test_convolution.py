@@ -137,6 +137,25 @@ def test_non_finite_weight_reaches_only_the_outputs_it_multiplies(bad):
     torch.testing.assert_close(xd.grad.cpu(), xc.grad, equal_nan=True, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("stride,padding,dilation", [(1, 0, 1), (1, 1, 2), (2, 0, 1), (3, 1, 2)])
+def test_an_infinite_weight_meets_no_padding_in_a_transposed_conv(dtype, stride, padding, dilation):
+    """A transposed conv is a conv2d over a padded input (per output phase when strided); the CPU's col2im forms
+    no product with that padding, so an inf weight tap makes non-finite only the outputs it reaches: the padding's
+    zeros times inf made the borders NaN. The reference is float64: the CPU's float32 and bfloat16 (oneDNN) kernels
+    give NaN at outputs the inf tap does not reach, where float64 and their own non-oneDNN path are finite."""
+    torch.manual_seed(1)
+    x, w = torch.randn(2, 2, 3, 4).to(dtype), torch.randn(2, 3, 2, 3).to(dtype)
+    w[0, 1, 1, 2] = math.inf
+    want = F.conv_transpose2d(x.double(), w.double(), stride=stride, padding=padding, dilation=dilation)
+    got = F.conv_transpose2d(x.to(DEV), w.to(DEV), stride=stride, padding=padding, dilation=dilation).cpu()
+    torch.testing.assert_close(got.double(), want, equal_nan=True, **TOL.get(dtype, TOL[torch.bfloat16]))
+    assert want.isfinite().any()
+    w1 = torch.tensor([[[math.inf, -0.45]]], dtype=dtype)
+    got = F.conv_transpose1d(torch.tensor([[[0.7]]], dtype=dtype).to(DEV), w1.to(DEV)).cpu()
+    assert got[0, 0, 0] == math.inf and got[0, 0, 1].isfinite()
+
+
 def test_bfloat16_convolutions_match_cpu():
     check(lambda x, w, b: F.conv2d(x, w, b, 2, 1), ((2, 4, 8, 8), (6, 4, 3, 3), (6,)), torch.bfloat16)
 

@@ -132,3 +132,19 @@ def test_scalar_arguments_are_rounded_to_the_tensor_dtype_as_aten_does():
     y = torch.randn(1, 1, 5, dtype=torch.bfloat16)
     got, want = _native(lambda t: F.interpolate(t, scale_factor=1.7, mode="nearest"), y)
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_python_scalar_operand_is_cast_to_the_common_dtype_as_tensoriterator_does(dtype):
+    """xlogy(x, 1e-38) in a 16-bit dtype: the wrapped scalar is cast to the common dtype (0 in float16, and
+    1.4e-45 is 0 in bfloat16) before log, so the result is -inf; computing log(1e-38) in float32 gave x * -87.3.
+    A 0-d tensor operand of a wider dtype is cast the same way; infinite operands follow torch."""
+    x = torch.tensor([3.0, 0.5, 0.0, -2.0], dtype=dtype)
+    for y in (1.1754943508222875e-38, 1.401298464324817e-45, float("inf"), 1e-3):
+        got, want = _native(lambda t, y=y: torch.xlogy(t, y), x)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+        got, want = _native(lambda t, y=y: torch.xlogy(y, t), x)
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    got, want = _native(lambda t: torch.xlogy(t, torch.tensor(1.401298464324817e-45)), x)
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    assert want[0] == -float("inf")

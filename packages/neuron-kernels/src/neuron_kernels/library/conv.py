@@ -44,9 +44,14 @@ def out_size(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-@kernel(tunables={"pixels": (512, 256)}, version=1)
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, pixels=512):
-    """torch.nn.functional.conv2d(x, w, bias, stride, padding, dilation, groups) for x [N, C, H, W]."""
+@kernel(tunables={"pixels": (512, 256)}, version=2)
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, pixels=512, padding_products=True):
+    """torch.nn.functional.conv2d(x, w, bias, stride, padding, dilation, groups) for x [N, C, H, W].
+
+    ``padding_products=False``: the padding is absent rather than zeros, so no weight meets it (each tap's matmul
+    covers only the outputs whose input is in the image). A transposed convolution written as a padded conv2d
+    needs this: the CPU's col2im forms no product with the padding, and an inf weight times a padding zero made
+    its borders NaN. A forward convolution keeps the products (the CPU's im2col forms them: NaN there too)."""
     if x.ndim != 4 or w.ndim != 4:
         raise KernelError(f"conv2d: x must be [N, C, H, W] and w [O, C/groups, kh, kw], got {list(x.shape)} "
                           f"and {list(w.shape)}")
@@ -130,7 +135,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, pixels=51
                     bands = {}
                     for c0, cp in ctiles:
                         band = nl.ndarray((cp, rows_in, cols_in), dt, name="band")
-                        if iy0 > ry0 or ix0 > cx0 or iy1 < ry0 + rows_in or ix1 < cx0 + cols_in:
+                        if padding_products and (iy0 > ry0 or ix0 > cx0 or iy1 < ry0 + rows_in or
+                                                 ix1 < cx0 + cols_in):
                             nisa.memset(band, 0.0, engine=Engine.GPSIMD)  # zero padding
                         if iy1 > iy0 and ix1 > ix0:
                             ch = g * cg + c0
@@ -138,14 +144,24 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, pixels=51
                                         ((cp, h_ * w_), (iy1 - iy0, w_), (ix1 - ix0, 1)))
                             load(band[:, iy0 - ry0:iy1 - ry0, ix0 - cx0:ix1 - cx0], src)
                         bands[c0] = band
+                    taps_in = [(i, j, *_in_image(y0, r, i * dh, sh, ph, h_, padding_products),
+                                *_in_image(x0, q, j * dw, sw, pw, w_, padding_products))
+                               for i in range(kh) for j in range(kw)]
+                    taps_in = sorted((t for t in taps_in if t[2] < t[3] and t[4] < t[5]),
+                                     key=lambda t: (t[3] - t[2]) * (t[5] - t[4]) < r * q)  # a whole tile first
                     for o0, op in otiles:
                         acc = nl.ndarray((op, r * q), nl.float32, buffer=nl.psum, name="acc", bufs=4)
-                        steps = [(c0, cp, i, j) for c0, cp in ctiles for i in range(kh) for j in range(kw)]
-                        for s, (c0, cp, i, j) in enumerate(steps):
+                        steps = [(c0, cp, *t) for c0, cp in ctiles for t in taps_in]
+                        if not steps or (steps[0][5] - steps[0][4]) * (steps[0][7] - steps[0][6]) < r * q:
+                            nisa.memset(acc, 0.0)  # outputs that no tap reaches (only without padding products)
+                        for s, (c0, cp, i, j, ra, rb, qa, qb) in enumerate(steps):
                             band = bands[c0]
-                            base = band.offset + i * dh * cols_in + j * dw
-                            mv = _view(band, base, ((cp, band.dims[0][1]), (r, sh * cols_in), (q, sw)))
-                            nisa.nc_matmul(acc, wts[(o0, c0)][:, i * kw + j, :], mv, accumulate=s > 0)
+                            base = band.offset + (ra * sh + i * dh) * cols_in + qa * sw + j * dw
+                            mv = _view(band, base, ((cp, band.dims[0][1]), (rb - ra, sh * cols_in), (qb - qa, sw)))
+                            dst = acc if (rb - ra) * (qb - qa) == r * q else \
+                                _view(acc, acc.offset + ra * q + qa, ((op, acc.dims[0][1]), (rb - ra, q), (qb - qa, 1)))
+                            nisa.nc_matmul(dst, wts[(o0, c0)][:, i * kw + j, :], mv,
+                                           accumulate=s > 0 or dst is not acc)
                         stage = nl.ndarray((op, r, q), dt, name="stage")
                         bcol = wts[(o0, "bias")]
                         if bcol is not None:
@@ -159,6 +175,16 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, pixels=51
                         nisa.dma_copy(dst, stage, queue=8 + queue[0] % 8)
                         queue[0] += 1
     return out
+
+
+def _in_image(o0: int, n: int, tap: int, s: int, p: int, size: int, all_: bool) -> tuple[int, int]:
+    """The outputs [a, b) of a tile's n (from output o0) whose input o * s + tap - p lies in the image (all n with
+    padding products)."""
+    if all_:
+        return 0, n
+    a = max(0, -(-(p - tap) // s) - o0)
+    b = min(n, -(-(p + size - tap) // s) - o0)
+    return a, max(a, b)
 
 
 def reference(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):

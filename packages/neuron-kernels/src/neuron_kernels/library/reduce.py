@@ -68,6 +68,7 @@ from neuron_kernels.errors import KernelError
 V, S, G, T = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD, Engine.TENSOR
 F32, BF16, I32, I64 = DType.float32, DType.bfloat16, DType.int32, DType.int64
 INF = float("inf")
+FLT_MAX, BF16_MAX = 3.4028234663852886e38, 3.3895313892515355e38  # the largest finite float32, bfloat16
 IDX_BIG = float(1 << 24)  # indices are exact fp32 below this
 INT_BIG = float(1 << 30)
 SLOT_N = 128  # row length from which per-row instructions beat one broadcast instruction over all rows

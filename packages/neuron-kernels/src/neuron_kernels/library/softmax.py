@@ -47,7 +47,9 @@ from neuron_kernels.errors import KernelError
 
 from .reduce import (
     BF16,
+    BF16_MAX,
     F32,
+    FLT_MAX,
     INF,
     SLOT_N,
     Chunk,
@@ -69,6 +71,7 @@ from .reduce import (
     split3,
     sum_rows,
     tile,
+    ts,
     view,
 )
 
@@ -94,8 +97,8 @@ class Mode:
             if itemsizes[0] == 4:
                 return 4 if per_row else 8
             return itemsizes[0] + (0 if self.recompute and per_row else 4)
-        if self.name == LOG:
-            return itemsizes[0] + (0 if per_row else 4)
+        if self.name == LOG:  # broadcast forms keep x - max and exp(x - max) (over x when x is fp32)
+            return itemsizes[0] + (0 if per_row else 4 if itemsizes[0] == 4 else 8)
         return _sum(itemsizes) + 4
 
     # ---- statistics: list of [p, k, kc] fp32 tiles -------------------------------------------
@@ -107,6 +110,11 @@ class Mode:
             x = xs[0]
             nm = tile(c.sshape, x.dtype if x.dtype is BF16 else F32, "nm")  # -max, exact
             reduce_free(ctx, nm, x, Alu.max, negate=True, fast=x.dtype is BF16, slots=c.per_slot and c.n >= 1024)
+            if c.seg or not keep:  # a part of a row that merges with others: a part of only -inf (max -inf,
+                # -max = inf) would give exp(-inf + inf) = NaN sums and exps; -max clamped to the largest finite
+                # value gives 0s (and leaves a max of -FLT_MAX exact)
+                ts(nm, nm, Alu.min, BF16_MAX if nm.dtype is BF16 else FLT_MAX,
+                   engine=ctx.pick({e: ctx.cycles("ts", e, c.k * c.kc) for e in (V, G)}))
             s = tile(c.sshape, F32, "sum")
             e = None
             if self.name == FWD and keep and (x.dtype is F32 or not self.recompute):
@@ -123,8 +131,14 @@ class Mode:
                 n = math.prod(x.shape[1:])
                 nisa.tensor_tensor(d, x, bcast(nm, c.n), Alu.add, engine=_ew_engine(ctx, "tt", n))
                 ctx.charge(S, ctx.cycles("act", S, n))
-                nisa.activation(d, Act.exp, d)
-                reduce_free(ctx, s, d, Alu.add)
+                if self.name == LOG and keep:  # x - max stays for the output, (x - max) - log(sum)
+                    ex = x if x.dtype is F32 else nl.ndarray(x.shape, F32, name="ex")
+                    nisa.activation(ex, Act.exp, d)
+                    reduce_free(ctx, s, ex, Alu.add)
+                    e = d
+                else:
+                    nisa.activation(d, Act.exp, d)
+                    reduce_free(ctx, s, d, Alu.add)
             self.e = e
             return [nm, s]
         if self.name == BWD:
@@ -190,14 +204,20 @@ class Mode:
                 scaled.append((sc, Q, None))
                 nMb.append((b, f))
             out = []
-            for ((_, _), Q), (b, f) in zip(parts, nMb):
+            for ((nm_i, _), Q), (b, f) in zip(parts, nMb):
                 tot = combine_sum(ctx, scaled, kc, bcast_to=Q)  # the row sum on this group's partitions
                 if self.name == FWD:  # e_i = exp(x - max_i) is resident: scale it by exp(max_i - max) / sum
                     fac = tile((Q, 1, kc), F32, "cfac")
                     nisa.tensor_tensor(fac, f, tot, Alu.divide, engine=V)
                     out.append(["factor", fac])
-                else:  # out = x - max - log(sum): stats (nm = -max of the row, sum of the row)
-                    out.append([b, tot])
+                else:  # out = (x - max_i) + ((max_i - max) - log(sum)): x - max_i is kept; max_i - max is small
+                    # where the max is large next to the spread, so log(sum) survives the rounding
+                    corr = tile((Q, 1, kc), F32, "ccorr")
+                    nisa.tensor_tensor(corr, b, nm_i, Alu.subtract, engine=V)
+                    ls = tile((Q, 1, kc), F32, "cls")
+                    nisa.activation(ls, Act.log, tot)
+                    nisa.tensor_tensor(corr, corr, ls, Alu.subtract, engine=V)
+                    out.append(["shift", nm_i, corr])
             return out
         tots = [(st[0], Q, None) for st, Q in parts]
         return [[combine_sum(ctx, tots, kc, bcast_to=Q)] for _, Q in parts]
@@ -213,12 +233,8 @@ class Mode:
             if st[0] == "factor":  # layout B: resident e_i times a per-(partition, column) factor
                 return self._scale(self.e, st[1], out, c, Alu.multiply)
             nm, s = st
-            if resident and self.e is None:  # recompute: out = exp(x - max - log(sum)) on ScalarE, 16-bit out
-                bias = tile(c.sshape, F32, "rbias")
-                nisa.activation(bias, Act.log, s)
-                nisa.tensor_tensor(bias, nm, bias, Alu.subtract, engine=V)
-                self._act(out, x, bias, c)
-                return out
+            if resident and self.e is None:  # recompute: exp(x - max) again, in pieces
+                return self._recompute(x, nm, s, out, c)
             if resident:
                 e = self.e
             else:
@@ -234,14 +250,7 @@ class Mode:
                     nisa.activation(e, Act.exp, e)
             return self._scale(e, s, out, c, Alu.divide)
         if self.name == LOG:
-            x = xs[0]
-            nm, s = st
-            bias = tile(c.sshape, F32, "lbias")  # -max - log(sum)
-            ctx.charge(S, ctx.cycles("act", S, c.k * c.kc))
-            nisa.activation(bias, Act.log, s)
-            nisa.tensor_tensor(bias, nm, bias, Alu.subtract, engine=V)
-            out = x if x.dtype == self.out_dt else nl.ndarray(x.shape, self.out_dt, name="out")
-            return self._scale(x, bias, out, c, Alu.add)
+            return self._log_out(xs[0], st, c, resident)
         if self.name == BWD:
             g, y = xs
             (s,) = st
@@ -270,6 +279,34 @@ class Mode:
             nisa.tensor_tensor(out, g, e, Alu.subtract, engine=_ew_engine(ctx, "tt", n))
         return out
 
+    def _log_out(self, x, st, c: Chunk, resident: bool):
+        """(x - max) - log(sum), in that order as torch computes it: x - max is exact near the max, while
+        x + (-max - log(sum)) loses log(sum) in the rounding of a large max (log_softmax of [1e20, 1e20] gave 0,
+        of float16 65504s -0.6914)."""
+        ctx = self.ctx
+        if st[0] == "shift":  # layout B: (x - max_i) + corr, from the combine
+            nm, ls, op = st[1], st[2], Alu.add
+        else:
+            nm, s = st
+            ls, op = tile(c.sshape, F32, "lls"), Alu.subtract
+            ctx.charge(S, ctx.cycles("act", S, c.k * c.kc))
+            nisa.activation(ls, Act.log, s)
+        out = x if x.dtype == self.out_dt else nl.ndarray(x.shape, self.out_dt, name="out")
+        if c.per_slot:  # one two-op tensor_scalar per row on VectorE / GpSimd
+            fast = is16(x.dtype) and is16(out.dtype)
+            for j in range(c.k):
+                sl = slice(j, j + 1)
+                e = ctx.pick({en: ctx.cycles("ts", en, c.n, fast and en is V) for en in (V, G)})
+                nisa.tensor_scalar(out[:, sl], x[:, sl], Alu.add, nm[:, sl], op1=op, operand1=ls[:, sl], engine=e)
+            return out
+        n = math.prod(x.shape[1:])
+        d = self.e if resident and self.e is not None else None  # x - max, kept by the statistics
+        if d is None:
+            d = nl.ndarray(x.shape, F32, name="lxm")
+            nisa.tensor_tensor(d, x, bcast(nm, c.n), Alu.add, engine=_ew_engine(ctx, "tt", n))
+        nisa.tensor_tensor(out, d, bcast(ls, c.n), op, engine=_ew_engine(ctx, "tt", n))
+        return out
+
     def _act_operand(self, st, op: Alu, c: Chunk):
         """A lazily made (scale, bias) pair of [p, k, kc] tiles so ScalarE computes op(x, st)."""
         made = []
@@ -291,20 +328,24 @@ class Mode:
             return made[0]
         return get
 
-    def _act(self, dst, src, bias, c: Chunk):
-        """dst = exp(src + bias) with bias [p, k, kc] per row (ScalarE)."""
+    def _recompute(self, x, nm, s, out, c: Chunk, piece: int = 1024):
+        """out = exp(x - max) / sum for rows too long to keep exp(x - max) in fp32: ScalarE recomputes each piece of
+        a row into a small fp32 tile and VectorE / GpSimd divide it into the 16-bit output. One ScalarE pass of
+        exp(x + (-max - log(sum))) would be cheaper, but that bias loses log(sum) in a large max's rounding (rows of
+        1e30 gave 1.0, not 1/n)."""
         ctx = self.ctx
-        if c.per_slot:
-            for j in range(c.k):
-                sl = slice(j, j + 1)
-                ctx.charge(S, ctx.cycles("act", S, c.n))
-                nisa.activation(dst[:, sl], Act.exp, src[:, sl], bias=bias[:, sl])
-        else:
-            n = math.prod(src.shape[1:])
-            d = nl.ndarray(src.shape, F32, name="ad")
-            nisa.tensor_tensor(d, src, bcast(bias, c.n), Alu.add, engine=_ew_engine(ctx, "tt", n))
-            ctx.charge(S, ctx.cycles("act", S, n))
-            nisa.activation(dst, Act.exp, d)
+        rs = tile(c.sshape, F32, "rrs")
+        nisa.tensor_scalar(rs, s, Alu.divide, 1.0, reverse0=True, engine=V)
+        for j in range(c.k):
+            sl = slice(j, j + 1)
+            for a in range(0, c.n, piece):
+                b = _min(c.n, a + piece)
+                e = nl.ndarray((c.p, 1, b - a, c.kc), F32, name="rpe")
+                ctx.charge(S, ctx.cycles("act", S, b - a))
+                nisa.activation(e, Act.exp, x[:, sl, a:b], bias=nm[:, sl])
+                en = ctx.pick({g: ctx.cycles("ts", g, b - a) for g in (V, G)})
+                nisa.tensor_scalar(out[:, sl, a:b], e, Alu.multiply, rs[:, sl], engine=en)
+        return out
 
     def _scale(self, src, st, dst, c: Chunk, op: Alu):
         """dst = op(src, st) with st [p, k, kc] per row: per-row tensor_scalar (VectorE/GpSimd) or
@@ -335,6 +376,9 @@ class Mode:
 
 
 STATS_BYTES = 3 * 4  # per row and column of a chunk: up to three fp32 statistics live (-max, sum, the log's bias)
+# layout B, per column of a chunk: the statistics of two groups of segments and their combine (-max, sum, the
+# broadcast max, exp(max_i - max), the scaled sum, the row sum, the factor; GpSimd's partials): up to 16 fp32
+SEG_STATS_BYTES = 16 * 4
 
 
 def run(ctx: Ctx, mode: Mode, srcs: list, out, dim: int, budget: int, layout: str = "auto"):
@@ -362,12 +406,14 @@ def run(ctx: Ctx, mode: Mode, srcs: list, out, dim: int, budget: int, layout: st
     if layout == "two_pass":
         mode.recompute = False
     if layout == "B" and R > 1:
+        mode.recompute = False  # a segment's exp(x - max_i) is kept: the combine rescales it (16-bit rows of 40000)
         q = _min(P, R)
         L = R // q
         isz_b = mode.scratch_bytes(sizes, K1 == 1 and L >= SLOT_N)
         lim_b = _min(limit, ctx.prof.free_stride_max * isz_b)
-        kc = _min(K1, cap, _max(1, lim_b // (L * isz_b)))
-        if L * kc * isz_b <= lim_b:  # a segment of every row fits: resident; else the two-pass rows path
+        per_col = L * isz_b + SEG_STATS_BYTES
+        kc = _min(K1, cap, _max(1, lim_b // per_col))
+        if kc * per_col <= lim_b:  # a segment of every row fits: resident; else the two-pass rows path
             return run_segments(ctx, mode, flat, oflat, K0, R, K1, kc)
     # layout A: k0 rows on partitions ("two_pass": force the long-row path, for tests). A tile
     # [p, k, n, kc] also needs n * kc within the free stride limit.

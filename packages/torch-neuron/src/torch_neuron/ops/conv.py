@@ -11,10 +11,10 @@ Everything is the conv2d kernel (an implicit-im2col GEMM on TensorE) plus data m
   ``r + padding - i * dilation`` is a multiple of s, which is a stride-1 conv2d of the input with those taps
   (dilation ``dilation / gcd(s, dilation)``); one permute interleaves the phases into the output. No product of a weight
   with an inserted zero is formed (a zero-spread input made inf/NaN weights poison every output, and did
-  s_h * s_w times the multiplies). A phase's border outputs still take its taps against the conv2d's zero
-  padding, where the CPU's col2im forms no product: with an inf/NaN weight those borders are NaN here (as a
-  forward conv's padded borders are on both). The transposed conv's input gradient is the plain conv2d of
-  the output gradient;
+  s_h * s_w times the multiplies). The conv2d kernel forms no product with these convolutions' padding either
+  (``padding_products=False``), as the CPU's col2im forms none: an inf weight leaves the borders it does not
+  reach finite (a forward conv's padded borders take the products, NaN on both). The transposed conv's input
+  gradient is the plain conv2d of the output gradient;
 - weight gradient: per tap (i, j), ``grad_out [O, N*OH*OW] @ x_shifted(i, j) [C, N*OH*OW]^T`` as one batched
   GEMM over the groups (contraction over every output pixel, FP32 in PSUM, one rounding), the shifted input
   being a strided copy of the padded input; the taps are assembled by one cat and one permute;
@@ -52,13 +52,14 @@ class _Unsupported(Exception):
     pass
 
 
-def _conv2d(op: str, x, w, bias, stride, padding, dilation, groups) -> torch.Tensor:
+def _conv2d(op: str, x, w, bias, stride, padding, dilation, groups, padding_products=True) -> torch.Tensor:
     args = (contig(x), contig(w), None if bias is None else contig(bias))
-    key = (tuple(x.shape), tuple(w.shape), x.dtype, bias is None, stride, padding, dilation, groups)
+    key = (tuple(x.shape), tuple(w.shape), x.dtype, bias is None, stride, padding, dilation, groups, padding_products)
     if key in _untraceable:
         raise _Unsupported
     try:
-        return run(op, kconv.conv2d, *args, stride=stride, padding=padding, dilation=dilation, groups=groups)[0]
+        return run(op, kconv.conv2d, *args, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                   padding_products=padding_products)[0]
     except KernelError:
         _untraceable.add(key)
         raise _Unsupported from None
@@ -77,7 +78,7 @@ def _transposed(op, x, w, bias, stride, padding, output_padding, dilation, group
     wf = _swap_flip(w, groups)
     front = [dd * (kk - 1) - p for dd, kk, p in zip(dilation, k, padding)]
     if all(s == 1 for s in stride) and all(f >= 0 for f in front) and not any(output_padding):
-        return _conv2d(op, x, wf, bias, (1, 1), tuple(front), dilation, groups)
+        return _conv2d(op, x, wf, bias, (1, 1), tuple(front), dilation, groups, padding_products=False)
     size = [(n - 1) * s - 2 * p + d * (kk - 1) + op_ + 1
             for n, s, p, d, kk, op_ in zip(x.shape[2:], stride, padding, dilation, k, output_padding)]
     n, c = x.shape[0], wf.shape[0]
@@ -128,7 +129,7 @@ def _phase_conv(op, x, wf, bias, phases, groups, shape) -> torch.Tensor:
             return zeros(op, shape, x.dtype, x.device)
         return bias.view(1, -1, 1, 1).expand(shape)
     sub = wf[:, :, ph.first::ph.step, pw.first::pw.step][:, :, :ph.taps, :pw.taps]
-    y = _conv2d(op, x, sub, bias, (1, 1), (ph.pad, pw.pad), (ph.dil, pw.dil), groups)
+    y = _conv2d(op, x, sub, bias, (1, 1), (ph.pad, pw.pad), (ph.dil, pw.dil), groups, padding_products=False)
     return y[:, :, ph.start:ph.start + ph.count, pw.start:pw.start + pw.count]
 
 

@@ -118,7 +118,20 @@ def _in_float32(decomposition, low: torch.dtype, scalars, mutated: list[int], ar
     def scalar(v):
         return torch.tensor(v, dtype=low).item() if v.__class__ is float else v
 
-    up_args = [scalar(v) if i in scalars[0] else _up(v) for i, v in enumerate(args)]
+    # a result in the reduced dtype is TensorIterator's common dtype: a wrapped Python scalar (xlogy(x, 1e-38)
+    # reaches xlogy.Tensor with a float) or a 0-d operand of a wider float dtype is cast to it first, so float16
+    # xlogy(3, 1e-38) is 3 * log(0) = -inf, not 3 * -87.3
+    common = {e.dtype for e in tree_leaves(expected) if isinstance(e, torch.Tensor)} == {low}
+
+    def operand(v):
+        if common and v.__class__ is float:
+            return scalar(v)
+        if common and isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point() and \
+                v.dtype not in _REDUCED:
+            return v.to(low).float()
+        return _up(v)
+
+    up_args = [scalar(v) if i in scalars[0] else operand(v) for i, v in enumerate(args)]
     up_args = tree_map(_up, up_args)
     up_kwargs = {k: scalar(v) if k in scalars[1] else v for k, v in kwargs.items()}
     result = decomposition(*up_args, **tree_map(_up, up_kwargs))

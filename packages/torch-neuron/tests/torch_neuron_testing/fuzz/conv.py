@@ -45,7 +45,17 @@ def _conv(draw, cap, nd, transposed):
          "dilation": draw(st.sampled_from((1, 2))), "groups": groups}
     if transposed and p["stride"] > 1:
         p["output_padding"] = draw(st.sampled_from((0, 1)))
+    if _cpu_crashes(dtype, nd, transposed, spatial, k, p):
+        p["dilation"] = 1
     return Case(ts, p)
+
+
+def _cpu_crashes(dtype, nd, transposed, spatial, k, p) -> bool:
+    """The CPU's float16 conv2d of a one-column image with a one-column kernel, stride 2+, padding 1+ and dilation
+    2+ ends the process (a segmentation fault: `F.conv2d(torch.randn(1, 1, 3, 1).half(), torch.randn(1, 1, 1,
+    1).half(), stride=2, padding=1, dilation=2)`), so the fuzzer does not draw it (docs/fuzz.md)."""
+    return (dtype == torch.float16 and nd == 2 and not transposed and spatial[-1] == 1 and k[-1] == 1
+            and p["stride"] >= 2 and p["padding"] >= 1 and p["dilation"] >= 2)
 
 
 def _conv_fn(fn):

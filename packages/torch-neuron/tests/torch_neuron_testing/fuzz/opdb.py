@@ -122,8 +122,29 @@ def _mean_of_pair(spread):
     return fn
 
 
+def _norm_mean(op, mean):
+    """The float64 arbiter of native_layer_norm / native_group_norm: the op's (out, mean, rstd) with the mean as
+    torch.mean of the normalized elements (its Welford update makes the mean of a group holding inf NaN, in float64
+    too; torch.mean gives inf). ``mean(input, *args)``: that mean in the op's shape."""
+    def fn(*tree):
+        inp, args, kwargs, process = tree[0]
+        out, _, rstd = op(inp, *args, **kwargs)
+        return process((out, mean(inp, *args), rstd))
+    return fn
+
+
+def _layer_mean(x, normalized_shape, *_):
+    return x.mean(tuple(range(x.ndim - len(normalized_shape), x.ndim)), keepdim=True)
+
+
+def _group_mean(x, weight, bias, n, c, hw, group, *_):
+    return x.reshape(n, group, c // group * hw).mean(-1)
+
+
 REFERENCES = {"var_mean": _mean_of_pair(torch.var), "var_mean.unbiased": _mean_of_pair(torch.var),
-              "std_mean": _mean_of_pair(torch.std), "std_mean.unbiased": _mean_of_pair(torch.std)}
+              "std_mean": _mean_of_pair(torch.std), "std_mean.unbiased": _mean_of_pair(torch.std),
+              "native_layer_norm": _norm_mean(torch.native_layer_norm, _layer_mean),
+              "native_group_norm": _norm_mean(torch.native_group_norm, _group_mean)}
 
 
 def ops() -> list[Op]:
