@@ -32,14 +32,16 @@ import numpy as np
 
 from neuron_hal import DType, ExecutionReport
 
-from ..jit import Kernel
+from ..jit import Kernel, _reshaped
 from ..tensors import View
 from ..tracer import builder
-from . import api, isa, language
+from . import api, isa, isa_constants, language, typing
 from .api import NkiNotImplemented, missing
 
 __neuron_kernels_nki__ = True  # how a program tells this front end from AWS's nki
-__all__ = ["benchmark", "install", "isa", "jit", "language", "simulate"]
+__all__ = ["benchmark", "dtype", "install", "isa", "jit", "language", "simulate", "typing"]
+isa.constants = isa_constants  # nki.isa.constants
+dtype = DType  # nki.dtype: the type of nl's dtypes
 
 
 def install(override: bool = False) -> None:
@@ -86,6 +88,11 @@ def _outputs_only(fn):
     def traced(*args, **kwargs):
         result = fn(*args, **kwargs)
         outs = result if isinstance(result, tuple) else () if result is None else (result,)
+        for o in outs:
+            if isinstance(o, View) and not o.on_chip and not o.whole and not _reshaped(o):
+                raise NkiNotImplemented(f"returning {o!r}, a slice or permuted view of an output tensor, is not "
+                                        f"implemented by neuron-kernels' NKI front end (return the tensor or a "
+                                        f"reshape of it)")
         returned = {o.owner.index for o in outs if isinstance(o, View) and not o.on_chip}
         for h in builder().handles:
             if h.role == "out" and h.index not in returned:

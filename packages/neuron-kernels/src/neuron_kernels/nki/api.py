@@ -28,6 +28,11 @@ def missing(qualname: str, why: str = ""):
 
 OK, PARTIAL, MISSING = "implemented", "partial", "missing"
 
+# operators NKI documents for nki.isa op= (and as tile functions) that the simulator's tables lack
+_OPERATOR_NAMES = ("invert", "gelu_dx", "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "silu_dx", "mish", "erf_dx",
+                   "arctan", "fmod", "mod", "abs_max", "abs_min", "ceil", "floor", "trunc", "tan", "logical_not",
+                   "average", "prelu", "bypass")
+
 # module -> name -> (status, note). Ranked notes on what is missing come first in each module's missing list.
 API: dict[str, dict[str, tuple[str, str]]] = {
     "nki": {
@@ -38,6 +43,8 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "benchmark": (OK, "`benchmark_result.nc_latency.get_latency_percentile(p)` from simulated device time "
                           "(deterministic: every iteration gives the same figure); `save_trace_name` writes a "
                           "Perfetto JSON trace, not an NTFF"),
+        "typing": (OK, "nki.typing.tensor annotations (not checked, as in NKI)"),
+        "dtype": (OK, "neuron_hal.DType"),
         "baremetal": (MISSING, "legacy entry point"),
         "profile": (MISSING, "use benchmark(save_trace_name=...) or simulate(trace_path=...)"),
         "collectives": (MISSING, "nki.collectives: cross-core collectives"),
@@ -45,7 +52,7 @@ API: dict[str, dict[str, tuple[str, str]]] = {
     "nki.language": {
         **{d: (OK, "") for d in ("bool_", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float16",
                                  "float32", "bfloat16", "float8_e4m3", "float8_e5m2", "float8_e4m3fn")},
-        **{d: (MISSING, "dtype not in the simulator") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
+        **{d: (MISSING, "dtype not in the simulator (the name exists; a tensor of it raises)") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
                                                                "float4_e2m1fn_x4", "float8_e8m0fnu")},
         "NkiTensor": (OK, "the tracer's tensor type (methods: the nki.language.NkiTensor table)"),
         "ndarray": (PARTIAL, "`address=` (explicit placement) is missing; tiles are placed by liveness"),
@@ -80,8 +87,36 @@ API: dict[str, dict[str, tuple[str, str]]] = {
                     "(nl.copy: a tensor_copy)") for op
            in ("copy", "square", "sigmoid", "relu", "gelu", "gelu_apprx_tanh", "silu", "tanh", "softplus", "erf",
                "exp", "log", "sin", "cos", "sqrt", "rsqrt", "reciprocal", "sign", "abs")},
-        **{op: (MISSING, "operator not in the simulator's ALU/activation tables") for op in (
-            "invert", "gelu_dx", "gelu_apprx_sigmoid", "silu_dx", "mish", "erf_dx", "arctan", "fmod")},
+        **{op: (MISSING, "operator not in the simulator's ALU/activation tables (the name exists; using it raises)")
+           for op in _OPERATOR_NAMES},
+        "load": (OK, "a new SBUF tile by DMA; `dtype=` casts"),
+        "store": (OK, "by DMA"),
+        **{op: (OK, "tile function: one VectorE tensor_reduce over the last contiguous free dims (fp32 math; "
+                    "`keepdims`, `dtype`)") for op in ("sum", "max", "min")},
+        "mean": (OK, "tile function: a VectorE sum in fp32, then a multiply by 1/count"),
+        **{op: (MISSING, "tile-function reduction not implemented") for op in ("prod", "var", "all")},
+        "broadcast_to": (OK, "size-1 free dims: a VectorE copy of a stride-0 view; a one-partition tile: a GpSimd "
+                             "partition broadcast"),
+        "ones": (PARTIAL, "as full: on-chip buffers (one memset); HBM is missing"),
+        "empty_like": (OK, ""),
+        "expand_dims": (OK, "a view, no copy"),
+        "negative": (OK, "tile function: a VectorE multiply by -1"),
+        "transpose": (OK, "tile function: TensorE transpose into a new PSUM tile"),
+        "matmul": (OK, "tile function: TensorE into a new fp32 PSUM tile; without transpose_x, x is first "
+                       "transposed on TensorE"),
+        "shared_identity_matrix": (OK, "a GpSimd iota and a VectorE compare, once per (n, dtype) in a kernel"),
+        "where": (OK, "tile function: a VectorE select (y a tile or a scalar)"),
+        **{f: (OK, "") for f in ("is_hbm", "is_sbuf", "is_psum", "is_on_chip")},
+        "NKIObject": (OK, "a plain Python base class (kernels are traced in Python)"),
+        "MemoryRegion": (OK, "the enum; the buffers themselves are nl.sbuf / nl.psum / nl.*hbm"),
+        "DType": (OK, "neuron_hal.DType, the type of every nl dtype (NKI documents it as str; DType.of accepts the "
+                      "strings)"),
+        **{f: (MISSING, why) for f, why in (
+            ("softmax", "tile-function softmax"), ("rms_norm", "tile-function rms_norm"),
+            ("dropout", "random numbers"), ("rand", "random numbers"), ("random_seed", "random numbers"),
+            ("shared_constant", "constants embedded in the kernel"),
+            ("load_transpose2d", "transposing load"), ("gather_flattened", "gather"),
+            ("no_reorder", "scheduling directive"))},
     },
     "nki.language.NkiTensor": {
         "shape": (OK, ""), "dtype": (OK, ""), "ndim": (OK, ""), "size": (OK, ""), "strides": (OK, ""),
@@ -99,7 +134,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
     },
     "nki.isa": {
         "nc_matmul": (PARTIAL, "PSUM accumulation as documented (first write overwrites, later ones add; "
-                               "`accumulate=`); is_transpose, tile_position/tile_size, perf_mode are missing"),
+                               "`accumulate=`); is_transpose=True is TensorE's bit-accurate transpose of "
+                               "stationary (moving is the identity the docs require: its values are not read); "
+                               "tile_position/tile_size, perf_mode are missing"),
         "nc_transpose": (OK, "TensorE or VectorE"),
         "activation": (PARTIAL, "float or [P,1] bias and scale; reduce_res with reduce_cmd=reset_reduce "
                                 "(reduce_op=nl.add); register accumulation across instructions (reset/reduce/"
@@ -123,11 +160,20 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "dma_transpose": (PARTIAL, "2-D [P, F] -> [F, P]; axes= other than the 2-D swap is missing"),
         "engine": (OK, ""), "reduce_cmd": (OK, ""), "dge_mode": (OK, ""), "oob_mode": (OK, ""),
         "nc_version": (OK, ""), "get_nc_version": (OK, "from the traced profile"),
+        **{n: (OK, "documented semantics (fp32 compare, first occurrences, duplicate pairing); composed from VectorE "
+                   "reduce/compare/select rounds, so device time is an upper bound (~6 passes per value)")
+           for n in ("max8", "nc_find_index8", "nc_match_replace8")},
+        "matmul_perf_mode": (OK, "the enum; nc_matmul(perf_mode=double_row) is missing"),
+        **{e: (OK, "deprecated alias of nisa.engine members") for e in (
+            "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine")},
+        "dma_engine": (OK, "alias of nisa.engine.dma"),
+        "NkiValidationError": (OK, "neuron_kernels.KernelError (trace-time validation errors)"),
+        "get_nc_sub_version": (OK, "0 (the profiles model first revisions)"),
+        "NkiInstruction": (MISSING, "instruction handles and depends_on"),
+        "VirtualRegister": (MISSING, "registers"),
+        "topk": (MISSING, "GpSimd top-k"),
         **{name: (MISSING, why) for name, why in (
             ("tensor_scalar_reduce", "fused VectorE reduction"),
-            ("max8", "top-8 per partition"),
-            ("nc_find_index8", "index of top-8 values"),
-            ("nc_match_replace8", "replace top-8 values"),
             ("select_reduce", "predicated copy with max reduction"),
             ("range_select", "range predicate select"),
             ("tensor_copy_predicated", "predicated copy"),

@@ -22,10 +22,14 @@ from ..tensors import View
 from ..tracer import builder
 from . import language as nl
 from .api import API, NkiNotImplemented, missing
+from .top8 import max8, nc_find_index8, nc_match_replace8  # noqa: F401 (nki.isa names)
 
 _MODULE = "nki.isa"
 
 engine = _lib.engine
+tensor_engine, vector_engine, scalar_engine, gpsimd_engine = engine.tensor, engine.vector, engine.scalar, engine.gpsimd
+unknown_engine, dma_engine = engine.unknown, engine.dma
+NkiValidationError = KernelError  # what the tracer raises when a hardware constraint is violated
 tensor_tensor, tensor_scalar, tensor_copy, memset = (_lib.tensor_tensor, _lib.tensor_scalar, _lib.tensor_copy,
                                                      _lib.memset)
 nc_transpose, tensor_tensor_scan, bn_stats, bn_aggr = (_lib.nc_transpose, _lib.tensor_tensor_scan, _lib.bn_stats,
@@ -76,6 +80,10 @@ def get_nc_version() -> nc_version:
     return nc_version(nl._profile().nc_version)
 
 
+def get_nc_sub_version() -> int:
+    return 0
+
+
 def _unsupported(what: str) -> NkiNotImplemented:
     return NkiNotImplemented(f"{what} is not implemented by neuron-kernels' NKI front end (docs/nki.md)")
 
@@ -85,12 +93,18 @@ def nc_matmul(dst: View, stationary: View, moving: View, is_stationary_onezero: 
               tile_size=(), perf_mode=matmul_perf_mode.none, name: str | None = None) -> None:
     """dst[M, N] (PSUM, fp32) (+)= stationary[K, M].T @ moving[K, N] on TensorE. ``accumulate=None``: the first
     matmul into a PSUM location overwrites it, later ones add. The onezero flags are performance hints only."""
-    if is_transpose:
-        raise _unsupported("nisa.nc_matmul(is_transpose=True)")
     if tuple(tile_position) or tuple(tile_size):
         raise _unsupported("nisa.nc_matmul(tile_position=/tile_size=) (TensorE row/column tiling)")
     if perf_mode not in (None, matmul_perf_mode.none):
         raise _unsupported(f"nisa.nc_matmul(perf_mode={perf_mode})")
+    if is_transpose:  # TensorE's bit-accurate transpose: moving is the identity the docs require
+        if moving.shape != (stationary.shape[0], stationary.shape[0]):
+            raise KernelError(f"nisa.nc_matmul(is_transpose=True): moving {moving!r} must be the "
+                              f"[{stationary.shape[0]}, {stationary.shape[0]}] identity")
+        if accumulate:
+            raise _unsupported("nisa.nc_matmul(is_transpose=True, accumulate=True)")
+        _lib.nc_transpose(dst, stationary)
+        return
     _lib.nc_matmul(dst, stationary, moving, accumulate=accumulate)
 
 
@@ -181,15 +195,15 @@ def _pattern(dst: View, pattern) -> tuple[View, tuple[int, ...]]:
     return view, tuple(step for step, _ in pairs)
 
 
-def iota(dst: View, pattern, offset: int, channel_multiplier: int = 0, name: str | None = None) -> None:
+def iota(dst: View, pattern, offset: int = 0, channel_multiplier: int = 0, name: str | None = None) -> None:
     """dst[p, i...] = offset + channel_multiplier * p + sum(step_k * i_k) for pattern [[step_k, num_k], ...]
     (int32 math, cast to dst's dtype), on GpSimd."""
     view, steps = _pattern(dst, pattern)
     _lib.iota(view, steps, offset=int(offset), channel_multiplier=int(channel_multiplier))
 
 
-def affine_select(dst: View, pattern, offset: int, channel_multiplier: int, on_true_tile: View, on_false_value,
-                  cmp_op=nl.equal, name: str | None = None) -> None:
+def affine_select(dst: View, pattern, channel_multiplier: int, on_true_tile: View, on_false_value, cmp_op=nl.equal,
+                  offset: int = 0, name: str | None = None) -> None:
     """dst = on_true_tile where cmp_op(offset + channel_multiplier * p + sum(step_k * i_k), 0) else
     on_false_value, on GpSimd."""
     view, steps = _pattern(dst, pattern)

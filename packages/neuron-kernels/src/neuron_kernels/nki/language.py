@@ -7,13 +7,15 @@ objects (``ds``, the ranges, the dtypes); where they differ, NKI's definition is
 
 from __future__ import annotations
 
+import enum
+
 from neuron_hal import Act, Alu, DType, Space, get_profile
 
 from .. import language as _lib
 from ..errors import KernelError
 from ..tensors import View
 from ..tracer import _current
-from .api import API, NkiNotImplemented, missing
+from .api import _OPERATOR_NAMES, API, NkiNotImplemented, missing
 
 _MODULE = "nki.language"
 
@@ -22,6 +24,34 @@ bool_, int8, int16, int32 = DType.bool_, DType.int8, DType.int16, DType.int32
 uint8, uint16, uint32 = DType.uint8, DType.uint16, DType.uint32
 float16, float32, bfloat16 = DType.float16, DType.float32, DType.bfloat16
 float8_e4m3, float8_e5m2, float8_e4m3fn = DType.float8_e4m3, DType.float8_e5m2, DType.float8_e4m3fn
+
+
+class _MissingDType:
+    """An NKI dtype the simulator lacks: kernels may name it (in tables of supported dtypes); making a tensor of it,
+    or calling it, raises NotImplementedError naming it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+    def error(self) -> NkiNotImplemented:
+        return NkiNotImplemented(f"{_MODULE}.{self.name} is not implemented by neuron-kernels' NKI front end: "
+                                 f"{API[_MODULE][self.name][1]}")
+
+    def __call__(self, *args, **kwargs):
+        raise self.error()
+
+
+def _dtype(dtype):
+    if isinstance(dtype, _MissingDType):
+        raise dtype.error()
+    return dtype
+
+
+for _name in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4", "float8_e8m0fnu"):
+    globals()[_name] = _MissingDType(_name)
 
 
 # -- buffers -----------------------------------------------------------------------------------------------------
@@ -42,6 +72,7 @@ hbm = private_hbm  # NKI: "HBM - Alias of private_hbm"
 
 def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> View:
     """A new tensor: an SBUF/PSUM tile (partition dim first) or an HBM tensor (returned: an output)."""
+    dtype = _dtype(dtype)
     if address is not None:
         raise NkiNotImplemented(f"nl.ndarray(address={address!r}): explicit placement is not implemented by "
                                 f"neuron-kernels' NKI front end; tiles are placed by liveness")
@@ -136,15 +167,29 @@ class Operator:
 
     @property
     def alu(self):
+        self._check_implemented()
         return self._alu if self._alu is not None else self  # not an ALU op: the instruction says so
 
     @property
     def act(self):
+        self._check_implemented()
         return self._act if self._act is not None else self
 
-    def __call__(self, x, *rest, dtype=None, **kwargs):
+    def _check_implemented(self) -> None:
+        """An operator NKI has and the simulator lacks exists (kernels name it in tables) and raises when used."""
+        entry = API[_MODULE].get(self.name)
+        if self._alu is None and self._act is None and entry is not None and entry[0] == "missing":
+            # not NkiNotImplemented: an AttributeError here would be swallowed by getattr(op, "alu", op)
+            raise NotImplementedError(f"{_MODULE}.{self.name} is not implemented by neuron-kernels' NKI front end: "
+                                    f"{entry[1]}")
+
+    def __call__(self, *args, dtype=None, **kwargs):
         """NKI's (experimental) tile function form: a new SBUF tile holding ``op(x)`` or ``op(x, y)``, one
         instruction (ScalarE activation for unary functions, VectorE for arithmetic)."""
+        self._check_implemented()
+        if not args:
+            raise TypeError(f"nl.{self.name}() needs a tile argument")
+        x, rest = args[0], args[1:]
         if kwargs or len(rest) > 1 or self.name not in _FUNCTIONS[len(rest)]:
             raise NkiNotImplemented(f"nl.{self.name}(...) as a tile function (with these arguments) is not "
                                     f"implemented by neuron-kernels' NKI front end; pass it as the op of a nki.isa "
@@ -181,8 +226,31 @@ _ACT = {"copy": Act.identity, "square": Act.square, "sigmoid": Act.sigmoid, "rel
         "rsqrt": Act.rsqrt, "reciprocal": Act.reciprocal, "sign": Act.sign, "abs": Act.abs}
 # names with a tile-function form here: unary activation functions and binary arithmetic
 _FUNCTIONS = {0: {*_ACT}, 1: {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}}
-for _name in {*_ALU, *_ACT}:
+# operators NKI documents that the simulator's ALU/activation tables lack: named freely, NotImplementedError when used
+_MISSING_OPERATORS = {n for n, (st, _) in API[_MODULE].items() if st == "missing" and n in _OPERATOR_NAMES}
+for _name in {*_ALU, *_ACT, *_MISSING_OPERATORS}:
     globals()[_name] = Operator(_name, _ALU.get(_name), _ACT.get(_name))
+
+# -- tile-level functions (NKI's numpy-like API) -------------------------------------------------------------------
+from .tiles import (broadcast_to, empty_like, expand_dims, is_hbm, is_on_chip, is_psum, is_sbuf, load,  # noqa: E402
+                    matmul, max, mean, min, negative, ones, shared_identity_matrix, store, sum, transpose,
+                    where)
+
+
+class NKIObject:
+    """NKI's base class of kernel dataclasses and configuration objects (a plain Python base here: kernels are
+    traced in Python, so any object can be an argument)."""
+
+    def __init__(self, **kwargs) -> None:
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+class MemoryRegion(enum.Enum):
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
 
 
 # -- the rest of NKI's names: NotImplementedError -------------------------------------------------------------------
