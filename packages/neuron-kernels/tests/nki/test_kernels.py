@@ -130,12 +130,6 @@ def test_partition_and_capacity_errors_name_the_tile_and_limit():
         too_big(np.zeros((4, 4), np.float32))
 
 
-def test_grids_raise_not_implemented():
-    with pytest.raises(NotImplementedError, match=r"kernel\[2\]"):
-        tensor_add[2]
-    assert tensor_add[1] is tensor_add
-
-
 def test_tensor_views_ap_permute_broadcast_bitcast():
     @nki.jit
     def views(a, b):

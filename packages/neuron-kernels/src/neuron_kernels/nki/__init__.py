@@ -32,10 +32,11 @@ import numpy as np
 
 from neuron_hal import DType, ExecutionReport
 
+from ..errors import KernelError
 from ..jit import Kernel, _reshaped
 from ..tensors import View
 from ..tracer import builder
-from . import api, isa, isa_constants, language, typing
+from . import api, isa, isa_constants, language, spmd, typing
 from .api import NkiNotImplemented, missing
 
 __neuron_kernels_nki__ = True  # how a program tells this front end from AWS's nki
@@ -87,6 +88,7 @@ def _outputs_only(fn):
     @functools.wraps(fn)
     def traced(*args, **kwargs):
         result = fn(*args, **kwargs)
+        language.check_placements(builder())
         outs = result if isinstance(result, tuple) else () if result is None else (result,)
         for o in outs:
             if isinstance(o, View) and not o.on_chip and not o.whole and not _reshaped(o):
@@ -105,19 +107,25 @@ def _outputs_only(fn):
 class NkiKernel:
     """``@nki.jit``: a kernel traced by neuron-kernels' tracer and run on the selected driver (the simulator)."""
 
-    def __init__(self, fn, trace_path: str | None = None):
-        self.fn = fn
-        self.kernel = Kernel(_outputs_only(fn), name=fn.__name__)
+    def __init__(self, fn, trace_path: str | None = None, grid: tuple[int, ...] | None = None):
+        self.fn, self.grid = fn, grid
+        body = fn if grid is None else spmd.launch(fn, grid)
+        self.kernel = Kernel(_outputs_only(body), name=fn.__name__ if grid is None else
+                             f"{fn.__name__}[{','.join(map(str, grid))}]")
         self.trace_path = trace_path  # write each run's Perfetto trace here
         self.last_report: ExecutionReport | None = None
+        self._grids: dict[tuple[int, ...], NkiKernel] = {}
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid):
-        grid = grid if isinstance(grid, tuple) else (grid,)
-        if math.prod(int(g) for g in grid) != 1:
-            raise NkiNotImplemented(f"nki.jit kernel[{', '.join(map(str, grid))}]: SPMD launch grids (and LNC=2 "
-                                    f"logical cores) are not implemented by neuron-kernels' NKI front end")
-        return self
+        """``kernel[grid]`` / ``kernel[lnc]``: an SPMD launch, one instance per grid index, on one NeuronCore
+        (see :mod:`.spmd`)."""
+        if self.grid is not None:
+            raise KernelError(f"{self.__name__}[{', '.join(map(str, self.grid))}] is already a launch grid")
+        grid = spmd.normalize(grid)
+        if grid not in self._grids:
+            self._grids[grid] = NkiKernel(self.fn, self.trace_path, grid)
+        return self._grids[grid]
 
     def run(self, args, kwargs, trace: bool = False):
         likes = [*args, *kwargs.values()]

@@ -37,7 +37,9 @@ _OPERATOR_NAMES = ("invert", "gelu_dx", "gelu_apprx_sigmoid", "gelu_apprx_sigmoi
 API: dict[str, dict[str, tuple[str, str]]] = {
     "nki": {
         "jit": (PARTIAL, "numpy / torch (CPU, or any device via .cpu()) arguments, outputs in the caller's type; "
-                         "`kernel[n]` grids other than 1 (SPMD, LNC=2) are missing"),
+                         "`kernel[grid]` / `kernel[lnc]` SPMD launches run the instances one after another on one "
+                         "NeuronCore (values exact; device time of one core, not LNC=2's two); options other than "
+                         "mode/platform_target raise"),
         "simulate": (OK, "values and the simulated device time (`last_report`); `trace_path=` writes a Perfetto "
                          "trace"),
         "benchmark": (OK, "`benchmark_result.nc_latency.get_latency_percentile(p)` from simulated device time "
@@ -55,7 +57,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         **{d: (MISSING, "dtype not in the simulator (the name exists; a tensor of it raises)") for d in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4",
                                                                "float4_e2m1fn_x4", "float8_e8m0fnu")},
         "NkiTensor": (OK, "the tracer's tensor type (methods: the nki.language.NkiTensor table)"),
-        "ndarray": (PARTIAL, "`address=` (explicit placement) is missing; tiles are placed by liveness"),
+        "ndarray": (PARTIAL, "`address=(partition, byte)` is validated and the tile placed by liveness (the same "
+                             "values); two addressed tiles overlapping while both live (aliasing) raise "
+                             "NotImplementedError"),
         "zeros": (PARTIAL, "on-chip buffers; HBM zeros are missing"),
         "zeros_like": (PARTIAL, "as zeros"),
         "ds": (OK, ""),
@@ -69,9 +73,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "shared_hbm": (OK, "an HBM tensor: a kernel output when returned, else per-run scratch"),
         "private_hbm": (OK, "as shared_hbm while kernels run on one core"),
         "hbm": (OK, "alias of private_hbm, as in NKI"),
-        "program_id": (PARTIAL, "0: a launch is one program (grids are missing)"),
-        "num_programs": (PARTIAL, "1: a launch is one program (grids are missing)"),
-        "program_ndim": (PARTIAL, "0: a launch is one program (grids are missing)"),
+        "program_id": (OK, "the instance's index in a `kernel[grid]` launch (0 without one)"),
+        "num_programs": (OK, "programs in the launch grid (all of them with axes=None; 1 without a grid)"),
+        "program_ndim": (OK, "dims of the launch grid (0 without one)"),
         "device_print": (MISSING, "printing tile values from the simulator"),
         "tile_size": (OK, "pmax, psum_fmax, gemm_stationary_fmax, gemm_moving_fmax, bn_stats_fmax, "
                           "total_available_sbuf_size (bytes per partition) from the profile; psum_min_align and "
@@ -148,6 +152,9 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "tensor_tensor_scan": (OK, ""),
         "scalar_tensor_tensor": (PARTIAL, "reduce_res (fused reduction) is missing"),
         "tensor_scalar": (OK, ""),
+        "tensor_scalar_reduce": (PARTIAL, "reduce_cmd=reset_reduce (the default): the reduction of the fp32 results "
+                                          "(add, multiply, max, min; reduce_res_negate); costed as a tensor_scalar "
+                                          "and a tensor_reduce; accumulation across instructions is missing"),
         "tensor_copy": (OK, ""),
         "memset": (OK, ""),
         "iota": (OK, "pattern [[step, num], ...], offset, channel_multiplier"),
@@ -157,7 +164,8 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "reciprocal": (PARTIAL, "value exact (VectorE divide); costed as a tensor_scalar, not 8N cycles"),
         "dma_copy": (PARTIAL, "static addresses (any dge_mode); dst_rmw_op and runtime (register/vector) offsets "
                               "are missing"),
-        "dma_transpose": (PARTIAL, "2-D [P, F] -> [F, P]; axes= other than the 2-D swap is missing"),
+        "dma_transpose": (PARTIAL, "NKI's permutations (2-D [1, 0], 3-D [2, 1, 0], 4-D [3, 1, 2, 0]; 3-/4-D as one "
+                                   "2-D DMA transpose per middle index); indirect (gather) transposes are missing"),
         "engine": (OK, ""), "reduce_cmd": (OK, ""), "dge_mode": (OK, ""), "oob_mode": (OK, ""),
         "nc_version": (OK, ""), "get_nc_version": (OK, "from the traced profile"),
         **{n: (OK, "documented semantics (fp32 compare, first occurrences, duplicate pairing); composed from VectorE "
@@ -173,7 +181,6 @@ API: dict[str, dict[str, tuple[str, str]]] = {
         "VirtualRegister": (MISSING, "registers"),
         "topk": (MISSING, "GpSimd top-k"),
         **{name: (MISSING, why) for name, why in (
-            ("tensor_scalar_reduce", "fused VectorE reduction"),
             ("select_reduce", "predicated copy with max reduction"),
             ("range_select", "range predicate select"),
             ("tensor_copy_predicated", "predicated copy"),

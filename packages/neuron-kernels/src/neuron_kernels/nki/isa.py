@@ -11,6 +11,7 @@ API this front end lacks raise NotImplementedError (see :mod:`.api`).
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 
 from neuron_hal import Alu, DType, Engine, Space
@@ -174,6 +175,28 @@ def tensor_partition_reduce(dst: View, op, data: View, name: str | None = None) 
     _lib.partition_reduce(dst, data, op)
 
 
+def tensor_scalar_reduce(dst: View, data: View, op0, operand0, reduce_op, reduce_res: View | None = None,
+                         reverse0: bool = False, reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
+                         reduce_res_negate: bool = False, name: str | None = None) -> None:
+    """dst = data op0 operand0 and reduce_res [P, 1] = reduce_op over all free dims of the fp32 results (before
+    their cast to dst, as the simulator's fused reductions do), negated with ``reduce_res_negate``; on VectorE as
+    a tensor_scalar and a tensor_reduce (the fused instruction's one pass costed as two)."""
+    if reduce_cmd is not _reduce_cmd.reset_reduce or reduce_init is not None:
+        raise _unsupported(f"nisa.tensor_scalar_reduce(reduce_cmd={reduce_cmd}) (accumulator registers across "
+                           f"instructions)")
+    red = _lib._alu(reduce_op)
+    if red not in (Alu.add, Alu.multiply, Alu.max, Alu.min):
+        raise KernelError(f"nisa.tensor_scalar_reduce: reduce_op must be nl.add, nl.multiply, nl.maximum or "
+                          f"nl.minimum, got {reduce_op!r}")
+    res = dst if dst.dtype is DType.float32 or reduce_res is None else \
+        builder().tile(dst.shape, DType.float32, Space.SBUF, "tsr", None)
+    _lib.tensor_scalar(res, data, op0, operand0, reverse0=reverse0)
+    if res is not dst:
+        _lib.tensor_copy(dst, res)
+    if reduce_res is not None:
+        tensor_reduce(reduce_res, red, res, tuple(range(1, res.ndim)), negate=reduce_res_negate)
+
+
 def scalar_tensor_tensor(dst: View, data: View, op0, operand0, op1, operand1: View, reverse0: bool = False,
                          reverse1: bool = False, reduce_cmd=None, reduce_op=None, reduce_res: View | None = None,
                          name: str | None = None) -> None:
@@ -225,11 +248,27 @@ def dma_copy(dst: View, src: View, dst_rmw_op=None, oob_mode=oob_mode.error, dge
     _lib.dma_copy(dst, src)
 
 
-def dma_transpose(dst: View, src: View, axes=None, dge_mode=dge_mode.unknown, name: str | None = None) -> None:
-    """dst[f, p] = src[p, f] by the DMA engines."""
-    if axes is not None and tuple(axes) != (1, 0):
-        raise _unsupported(f"nisa.dma_transpose(axes={axes})")
-    _lib.dma_transpose(dst, src)
+_DMA_PERMUTATIONS = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}  # NKI's fixed permutation per rank
+
+
+def dma_transpose(dst: View, src: View, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error,
+                  name: str | None = None) -> None:
+    """dst = src permuted by the DMA engines: 2-D [1, 0], 3-D [2, 1, 0], 4-D [3, 1, 2, 0] (NKI's rules; ``axes``
+    may name that permutation). 3-D and 4-D sources are one 2-D DMA transpose per middle index."""
+    perm = _DMA_PERMUTATIONS.get(src.ndim)
+    if perm is None:
+        raise KernelError(f"nisa.dma_transpose: src {src!r} must have 2 to 4 dims")
+    if axes is not None and tuple(axes) != perm:
+        raise _unsupported(f"nisa.dma_transpose(axes={tuple(axes)}) (only the {src.ndim}-d permutation {perm})")
+    want = tuple(src.shape[a] for a in perm)
+    if dst.shape != want and (dst.ndim != 2 or src.ndim != 2):
+        raise KernelError(f"nisa.dma_transpose: dst {dst!r} must be {list(want)} (src {list(src.shape)} permuted "
+                          f"{list(perm)})")
+    if src.ndim == 2:
+        _lib.dma_transpose(dst, src)
+        return
+    for mid in itertools.product(*(range(n) for n in src.shape[1:-1])):
+        _lib.dma_transpose(dst[(slice(None), *mid, slice(None))], src[(slice(None), *mid, slice(None))])
 
 
 for _name, (_status, _why) in API[_MODULE].items():

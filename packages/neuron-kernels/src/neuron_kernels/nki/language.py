@@ -15,6 +15,7 @@ from .. import language as _lib
 from ..errors import KernelError
 from ..tensors import View
 from ..tracer import _current
+from . import spmd
 from .api import _OPERATOR_NAMES, API, NkiNotImplemented, missing
 
 _MODULE = "nki.language"
@@ -73,17 +74,68 @@ hbm = private_hbm  # NKI: "HBM - Alias of private_hbm"
 def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> View:
     """A new tensor: an SBUF/PSUM tile (partition dim first) or an HBM tensor (returned: an output)."""
     dtype = _dtype(dtype)
-    if address is not None:
-        raise NkiNotImplemented(f"nl.ndarray(address={address!r}): explicit placement is not implemented by "
-                                f"neuron-kernels' NKI front end; tiles are placed by liveness")
     if buffer is Ellipsis or buffer is None:
         buffer = sbuf
-    if isinstance(buffer, _HBM) or buffer is Space.HBM:
+    if address is not None:
+        return _placed(shape, dtype, buffer, name, address)
+    if buffer is shared_hbm or buffer is Space.HBM:  # shared by SPMD instances
+        return spmd.shared_tensor(lambda: _lib.ndarray(shape, dtype, Space.HBM, name or None), shape, DType.of(dtype))
+    if isinstance(buffer, _HBM):
         return _lib.ndarray(shape, dtype, Space.HBM, name or None)
     if buffer not in (sbuf, psum):
         raise KernelError(f"nl.ndarray: buffer {buffer!r} is not nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or "
                           f"nl.shared_hbm")
     return _lib.ndarray(shape, dtype, buffer, name or None)
+
+
+def _placed(shape, dtype, buffer, name: str, address) -> View:
+    """``nl.ndarray(..., address=(partition, byte offset))``: the tile is placed by liveness like any other, which
+    gives the same values as the address asked for unless two placed tiles share memory while both are live (a
+    kernel reading one tensor through another): that aliasing is checked at the end of the trace
+    (:func:`check_placements`) and raises NotImplementedError."""
+    if isinstance(buffer, _HBM) or buffer not in (sbuf, psum):
+        raise KernelError(f"nl.ndarray(address={address!r}): an address applies to nl.sbuf or nl.psum, not {buffer!r}")
+    try:
+        part, byte = (int(a) for a in address)
+    except (TypeError, ValueError):
+        raise KernelError(f"nl.ndarray: address {address!r} must be (partition_offset, free_offset)") from None
+    t = _lib.ndarray(shape, dtype, buffer, name or None)
+    p = _profile()
+    limit = p.sbuf_partition_bytes if buffer is sbuf else p.psum_partition_bytes
+    nbytes = t.owner.nbytes
+    if part < 0 or part + t.shape[0] > p.pmax or byte < 0 or byte + nbytes > limit:
+        raise KernelError(f"nl.ndarray(address={address!r}): tile {list(t.shape)} {t.dtype} spans partitions "
+                          f"{part}..{part + t.shape[0] - 1} and bytes {byte}..{byte + nbytes - 1}; "
+                          f"{buffer.value.upper()} has {p.pmax} partitions of {limit} bytes")
+    _current.get().__dict__.setdefault("nki_placed", []).append((t.owner, part, part + t.shape[0], byte,
+                                                                 byte + nbytes))
+    return t
+
+
+def check_placements(b) -> None:
+    """Raise when two tiles given addresses overlap in memory while both are live (first to last instruction using
+    each): the kernel relies on aliasing, which placement by liveness does not reproduce."""
+    placed = b.__dict__.get("nki_placed")
+    if not placed:
+        return
+    live: dict[int, list[int]] = {}
+    for i, r in enumerate(b.records):
+        for v in r.fields.values():
+            if isinstance(v, View) and v.on_chip:
+                span = live.setdefault(v.owner.id, [i, i])
+                span[1] = i
+    spans = sorted((live[buf.id][0], live[buf.id][1], buf, p0, p1, b0, b1) for buf, p0, p1, b0, b1 in placed
+                   if buf.id in live)
+    active: list = []
+    for s in spans:
+        active = [a for a in active if a[1] >= s[0]]
+        for a in active:
+            if a[2].space is s[2].space and a[3] < s[4] and s[3] < a[4] and a[5] < s[6] and s[5] < a[6]:
+                raise NkiNotImplemented(
+                    f"tiles {a[2].name} ({a[2].where}) and {s[2].name} ({s[2].where}) are given overlapping "
+                    f"{s[2].space.value.upper()} addresses while both are live: aliasing through nl.ndarray(address=) "
+                    f"is not implemented by neuron-kernels' NKI front end")
+        active.append(s)
 
 
 def zeros(shape, dtype, buffer=sbuf, name: str = "") -> View:
@@ -118,16 +170,7 @@ affine_range, sequential_range, static_range = _lib.affine_range, _lib.sequentia
 
 
 # -- the launch grid: one program per launch (kernel[n] grids raise in nki.jit) ------------------------------------
-def program_id(axis: int = 0) -> int:
-    return 0
-
-
-def num_programs(axes=None) -> int:
-    return 1
-
-
-def program_ndim() -> int:
-    return 0
+program_id, num_programs, program_ndim = spmd.program_id, spmd.num_programs, spmd.program_ndim
 
 
 # -- tile_size ---------------------------------------------------------------------------------------------------
@@ -238,12 +281,20 @@ from .tiles import (broadcast_to, empty_like, expand_dims, is_hbm, is_on_chip, i
 
 
 class NKIObject:
-    """NKI's base class of kernel dataclasses and configuration objects (a plain Python base here: kernels are
-    traced in Python, so any object can be an argument)."""
+    """NKI's base class of kernel dataclasses and configuration objects (kernels are traced in Python, so any object
+    can be an argument). A subclass without annotations or an ``__init__`` of its own (``@dataclass`` over plain
+    class attributes) is built from keyword arguments naming those attributes, as NKI's are."""
 
     def __init__(self, **kwargs) -> None:
         for k, v in kwargs.items():
+            if not hasattr(type(self), k):
+                raise TypeError(f"{type(self).__name__} has no attribute {k!r} to set")
             setattr(self, k, v)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__ and not cls.__dict__.get("__annotations__"):
+            cls.__init__ = NKIObject.__init__  # before @dataclass, which then keeps it
 
 
 class MemoryRegion(enum.Enum):
