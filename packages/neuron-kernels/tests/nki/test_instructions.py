@@ -1,0 +1,74 @@
+"""nisa.tensor_scalar_reduce and nisa.dma_transpose's 3-/4-D permutations against numpy (from NKI's docs)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import neuron_kernels.nki as nki
+from neuron_kernels.nki import isa as nisa
+from neuron_kernels.nki import language as nl
+
+REDUCE = {"add": np.sum, "multiply": np.prod, "maximum": np.max, "minimum": np.min}
+OPS = {"add": np.add, "multiply": np.multiply, "subtract": np.subtract, "maximum": np.maximum}
+
+
+@nki.jit
+def scalar_reduce(x, op0, operand0, reduce_op, negate, out_dtype):
+    t = nl.load(x)
+    d = nl.ndarray(x.shape, dtype=out_dtype, buffer=nl.sbuf)
+    r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=d, data=t, op0=getattr(nl, op0), operand0=operand0,
+                              reduce_op=getattr(nl, reduce_op), reduce_res=r, reduce_res_negate=negate)
+    out = nl.ndarray(x.shape, dtype=out_dtype, buffer=nl.shared_hbm)
+    red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, d)
+    nl.store(red, r)
+    return out, red
+
+
+@settings(max_examples=8, deadline=None)
+@given(p=st.integers(1, 128), free=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+       op0=st.sampled_from(sorted(OPS)), operand0=st.sampled_from([0.5, -1.25, 2.0]),
+       reduce_op=st.sampled_from(sorted(REDUCE)), negate=st.booleans(),
+       out_dtype=st.sampled_from(["float32", "bfloat16"]))
+def test_tensor_scalar_reduce_reduces_the_fp32_results(p, free, op0, operand0, reduce_op, negate, out_dtype):
+    x = np.random.default_rng(p).uniform(0.5, 1.5, (p, *free)).astype(np.float32)
+    out, red = scalar_reduce(x, op0, operand0, reduce_op, negate, out_dtype)
+    res = OPS[op0](x, np.float32(operand0)).astype(np.float32)
+    np.testing.assert_array_equal(out, res.astype(ml_dtypes.bfloat16 if out_dtype == "bfloat16" else np.float32))
+    want = REDUCE[reduce_op](res.reshape(p, -1), axis=1, keepdims=True) * (-1 if negate else 1)
+    np.testing.assert_allclose(red, want, rtol=1e-5)
+
+
+def test_tensor_scalar_reduce_register_accumulation_is_not_implemented():
+    @nki.jit
+    def accumulate(x):
+        t = nl.load(x)
+        r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=t, data=t, op0=nl.add, operand0=1.0, reduce_op=nl.add, reduce_res=r,
+                                  reduce_cmd=nisa.reduce_cmd.reduce)
+        return x
+
+    with pytest.raises(NotImplementedError, match=r"tensor_scalar_reduce\(reduce_cmd=reduce_cmd.reduce\)"):
+        accumulate(np.zeros((2, 8), np.float32))
+
+
+@nki.jit
+def dma_tp(x):
+    perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[len(x.shape)]
+    t = nl.load(x)
+    d = nl.ndarray(tuple(x.shape[a] for a in perm), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=d, src=t)
+    out = nl.ndarray(d.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, d)
+    return out
+
+
+@settings(max_examples=6, deadline=None)
+@given(shape=st.sampled_from([(16, 32), (8, 3, 16), (4, 2, 3, 32), (16, 1, 1, 128)]))
+def test_dma_transpose_follows_nkis_permutation_per_rank(shape):
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(ml_dtypes.bfloat16)
+    perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[len(shape)]
+    np.testing.assert_array_equal(dma_tp(x), np.transpose(x, perm))
