@@ -146,7 +146,8 @@ class Kernel:
                                       f"nl.ndarray(..., buffer=nl.hbm) or arguments it wrote, got {o!r}")
             program = b.program()
         program.meta["outputs"] = [o.owner.index for o in outs]
-        program.meta["output_shapes"] = [o.shape if _reshaped(o) else None for o in outs]
+        program.meta["output_shapes"] = [o.shape if _reshaped(o) and o.shape != tuple(o.owner.shape) else None
+                                         for o in outs]
         return program
 
     def __call__(self, *args, device: int = 0, driver=None, **kwargs):
@@ -188,9 +189,9 @@ class Kernel:
 
 
 def _reshaped(o: View) -> bool:
-    """A returned view that is the whole output tensor in another shape (``out.reshape(...)``): returned so."""
-    return (o.shape != tuple(o.owner.shape) and o.offset == 0 and o.size == math.prod(o.owner.shape)
-            and o._contiguous())
+    """A returned view that is the whole output tensor, maybe in another shape (``out.reshape(...)``): returned in
+    its own shape."""
+    return o.offset == 0 and o.size == math.prod(o.owner.shape) and o._contiguous()
 
 
 def _spec(v) -> tuple[tuple[int, ...], DType]:

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import neuron_kernels.nki as nki
+from neuron_kernels import KernelError
 from neuron_kernels.nki import isa as nisa
 from neuron_kernels.nki import language as nl
 
@@ -72,3 +73,54 @@ def test_dma_transpose_follows_nkis_permutation_per_rank(shape):
     x = np.random.default_rng(len(shape)).standard_normal(shape).astype(ml_dtypes.bfloat16)
     perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[len(shape)]
     np.testing.assert_array_equal(dma_tp(x), np.transpose(x, perm))
+
+
+def test_nc_matmul_row_column_tiling_gives_the_products_and_validates_tiles():
+    @nki.jit
+    def quadrants(a, b):
+        ta, tb = nl.load(a), nl.load(b)
+        ps = nl.ndarray((64, b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(ps, ta, tb, tile_position=(64, 64), tile_size=(64, 64))
+        res = nl.ndarray(ps.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=ps)
+        out = nl.ndarray(ps.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, res)
+        return out
+
+    g = np.random.default_rng(3)
+    a, b = g.standard_normal((64, 64)).astype(np.float32), g.standard_normal((64, 96)).astype(np.float32)
+    np.testing.assert_allclose(quadrants(a, b), a.T @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(KernelError, match=r"stationary .* exceeds the \[64, 64\] tile"):
+        quadrants(np.zeros((128, 64), np.float32), np.zeros((128, 8), np.float32))
+
+
+def test_activation_into_a_stride_zero_destination_keeps_the_last_write_and_the_reduction():
+    @nki.jit
+    def square_sums(x):
+        t = nl.load(x)
+        junk = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=junk.ap(pattern=[[1, x.shape[0]], [0, x.shape[1]]]), op=nl.square, data=t,
+                               reduce_op=nl.add, reduce_res=s)
+        out = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[:, 0:1], s)
+        nl.store(out[:, 1:2], junk)
+        return out
+
+    x = np.random.default_rng(4).standard_normal((32, 40)).astype(np.float32)
+    out = square_sums(x)
+    np.testing.assert_allclose(out[:, 0], (x * x).sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(out[:, 1], x[:, -1] * x[:, -1])  # the last element written
+
+
+def test_jit_accepts_compiler_diagnostics_options_only():
+    @nki.jit(mode="auto", debug_kernel=True, show_compiler_tb=True, experimental_flags="skip-a-check")
+    def copy(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    np.testing.assert_array_equal(copy(np.ones((2, 3), np.float32)), np.ones((2, 3)))
+    with pytest.raises(NotImplementedError, match=r"nki.jit options \['additional_compile_opt'\]"):
+        nki.jit(additional_compile_opt="-O3")
+    assert nisa.get_nc_version() >= nisa.nc_version.gen2 and nisa.nc_version.gen4 > nisa.nc_version.gen3

@@ -164,11 +164,17 @@ class NkiKernel:
         return self.kernel.trace(*[_to_numpy(a) for a in args], **{k: _to_numpy(v) for k, v in kwargs.items()})
 
 
+# compiler diagnostics options: they change what NKI's compiler reports, not what a kernel computes
+_DIAGNOSTIC_OPTIONS = {"debug_kernel", "show_compiler_tb", "experimental_flags"}
+
+
 def jit(func=None, mode: str = "auto", platform_target=None, **kwargs):
-    """``@nki.jit`` / ``@nki.jit(...)``: compile (trace) a top-level NKI kernel; calls run it on the simulator."""
-    if kwargs:
-        raise NkiNotImplemented(f"nki.jit options {sorted(kwargs)} are not implemented by neuron-kernels' NKI "
-                                f"front end")
+    """``@nki.jit`` / ``@nki.jit(...)``: compile (trace) a top-level NKI kernel; calls run it on the simulator.
+    The compiler-diagnostics options (``debug_kernel``, ``show_compiler_tb``, ``experimental_flags``) are accepted
+    and have nothing to do here; any other option raises NotImplementedError."""
+    unknown = sorted(set(kwargs) - _DIAGNOSTIC_OPTIONS)
+    if unknown:
+        raise NkiNotImplemented(f"nki.jit options {unknown} are not implemented by neuron-kernels' NKI front end")
     if func is None:
         return lambda f: NkiKernel(f)
     return func if isinstance(func, NkiKernel) else NkiKernel(func)

@@ -66,7 +66,7 @@ class oob_mode(enum.Enum):
     skip = 1
 
 
-class nc_version(enum.Enum):
+class nc_version(enum.IntEnum):  # ordered, as kernels compare them (get_nc_version() >= nc_version.gen3)
     gen2 = 2
     gen3 = 3
     gen4 = 4
@@ -95,7 +95,7 @@ def nc_matmul(dst: View, stationary: View, moving: View, is_stationary_onezero: 
     """dst[M, N] (PSUM, fp32) (+)= stationary[K, M].T @ moving[K, N] on TensorE. ``accumulate=None``: the first
     matmul into a PSUM location overwrites it, later ones add. The onezero flags are performance hints only."""
     if tuple(tile_position) or tuple(tile_size):
-        raise _unsupported("nisa.nc_matmul(tile_position=/tile_size=) (TensorE row/column tiling)")
+        _check_tiling(stationary, tuple(tile_position), tuple(tile_size))
     if perf_mode not in (None, matmul_perf_mode.none):
         raise _unsupported(f"nisa.nc_matmul(perf_mode={perf_mode})")
     if is_transpose:  # TensorE's bit-accurate transpose: moving is the identity the docs require
@@ -107,6 +107,22 @@ def nc_matmul(dst: View, stationary: View, moving: View, is_stationary_onezero: 
         _lib.nc_transpose(dst, stationary)
         return
     _lib.nc_matmul(dst, stationary, moving, accumulate=accumulate)
+
+
+def _check_tiling(stationary: View, position: tuple, size: tuple) -> None:
+    """TensorE row/column tiling: a (row_size, column_size) quadrant of the 128x128 PE array at (start_row,
+    start_column). The values are the full array's; the simulator costs the matmul as on the full array (tiles
+    that the hardware would run side by side are not overlapped: device time is an upper bound)."""
+    what = f"nisa.nc_matmul(tile_position={position}, tile_size={size})"
+    if len(position) != 2 or len(size) != 2:
+        raise KernelError(f"{what}: both must be set, as (row, column) pairs")
+    smallest = 64 if nl._profile().nc_version < 3 else 32
+    for (start, extent), axis in zip(zip(position, size), ("row", "column")):
+        if extent not in (smallest, 64, 128) or start % extent or not 0 <= start < 128:
+            raise KernelError(f"{what}: the {axis} tile size must be one of {sorted({smallest, 64, 128})} and its "
+                              f"start a multiple of it below 128")
+    if stationary.shape[0] > size[0] or stationary.shape[1] > size[1]:
+        raise KernelError(f"{what}: stationary {stationary!r} exceeds the {list(size)} tile")
 
 
 def _column(value: float, like: View) -> View:
@@ -144,7 +160,22 @@ def activation(dst: View, op, data: View, bias=None, scale=1.0, reduce_op=None, 
         raise _unsupported(f"nisa.activation(reduce_cmd={reduce_cmd}) (accumulator registers across instructions)")
     if bias is not None and not isinstance(bias, View):
         bias = None if float(bias) == 0.0 else _column(bias, data)
-    _lib.activation(dst, op, data, bias=bias, scale=scale, reduce_res=reduce_res)
+    target, finish = _repeated_dst(dst)
+    _lib.activation(target, op, data, bias=bias, scale=scale, reduce_res=reduce_res)
+    finish()
+
+
+def _repeated_dst(dst: View):
+    """A destination with stride-0 free dims (``t.ap([[1, n], [0, F]])``, which kernels use to keep only a fused
+    reduction) writes each element several times; the last write stays. The simulator rejects overlapping writes, so
+    the instruction writes a scratch tile of dst's shape and the last element along each stride-0 dim is copied to
+    dst: (the view to write, the copy to emit after)."""
+    repeated = [d for d, (n, st) in enumerate(dst.dims) if d > 0 and st == 0 and n > 1]
+    if not dst.on_chip or not repeated:
+        return dst, lambda: None
+    scratch = builder().tile(dst.shape, dst.dtype, Space.SBUF, "repeated_dst", None)
+    last = tuple(slice(n - 1, n) if d in repeated else slice(None) for d, n in enumerate(dst.shape))
+    return scratch, lambda: _lib.tensor_copy(dst[last], scratch[last])
 
 
 def activation_reduce(dst: View, op, data: View, reduce_op, reduce_res: View, bias=None, scale=1.0,
