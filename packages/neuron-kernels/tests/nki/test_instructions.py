@@ -124,3 +124,43 @@ def test_jit_accepts_compiler_diagnostics_options_only():
     with pytest.raises(NotImplementedError, match=r"nki.jit options \['additional_compile_opt'\]"):
         nki.jit(additional_compile_opt="-O3")
     assert nisa.get_nc_version() >= nisa.nc_version.gen2 and nisa.nc_version.gen4 > nisa.nc_version.gen3
+
+
+def test_abs_is_a_unary_alu_operator_with_operand_zero():
+    @nki.jit
+    def abs_then_max(x):
+        t = nl.load(x)
+        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=a, data=t, op0=nl.abs, operand0=0.0, reduce_op=nl.maximum, reduce_res=m)
+        b = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=b, data=t, op0=nl.abs, operand0=None, op1=nl.multiply, operand1=2.0)
+        out = nl.ndarray((x.shape[0], 2 * x.shape[1] + 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out[:, 0:x.shape[1]], a)
+        nl.store(out[:, x.shape[1]:2 * x.shape[1]], b)
+        nl.store(out[:, 2 * x.shape[1]:], m)
+        return out
+
+    x = np.random.default_rng(6).standard_normal((16, 10)).astype(np.float32)
+    out = abs_then_max(x)
+    np.testing.assert_array_equal(out[:, :10], np.abs(x))
+    np.testing.assert_array_equal(out[:, 10:20], 2 * np.abs(x))
+    np.testing.assert_array_equal(out[:, 20], np.abs(x).max(1))
+
+    @nki.jit
+    def abs_with_operand(x):
+        t = nl.load(x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.abs, operand0=3.0)
+        return x
+
+    with pytest.raises(KernelError, match=r"nl.abs is unary; its operand must be 0 or None, got 3.0"):
+        abs_with_operand(np.zeros((2, 2), np.float32))
+
+    @nki.jit
+    def abs_of_two(x):
+        t = nl.load(x)
+        nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.abs)
+        return x
+
+    with pytest.raises(KernelError, match=r"nl.abs is a unary ALU operator"):
+        abs_of_two(np.zeros((2, 2), np.float32))

@@ -31,8 +31,7 @@ engine = _lib.engine
 tensor_engine, vector_engine, scalar_engine, gpsimd_engine = engine.tensor, engine.vector, engine.scalar, engine.gpsimd
 unknown_engine, dma_engine = engine.unknown, engine.dma
 NkiValidationError = KernelError  # what the tracer raises when a hardware constraint is violated
-tensor_tensor, tensor_scalar, tensor_copy, memset = (_lib.tensor_tensor, _lib.tensor_scalar, _lib.tensor_copy,
-                                                     _lib.memset)
+tensor_tensor, tensor_copy, memset = _lib.tensor_tensor, _lib.tensor_copy, _lib.memset
 nc_transpose, tensor_tensor_scan, bn_stats, bn_aggr = (_lib.nc_transpose, _lib.tensor_tensor_scan, _lib.bn_stats,
                                                        _lib.bn_aggr)
 
@@ -206,6 +205,26 @@ def tensor_partition_reduce(dst: View, op, data: View, name: str | None = None) 
     _lib.partition_reduce(dst, data, op)
 
 
+def _unary(op, operand, what: str):
+    """(op, operand) with NKI's unary ALU operators (nl.abs) as the simulator's ALU op that computes them."""
+    name = getattr(op, "name", None)
+    if isinstance(op, nl.Operator) and name in nl.UNARY_ALU:
+        if isinstance(operand, View) or operand not in (None, 0, 0.0):
+            raise KernelError(f"{what}: nl.{name} is unary; its operand must be 0 or None, got {operand!r}")
+        return nl.UNARY_ALU[name], 0.0
+    return op, operand
+
+
+def tensor_scalar(dst: View, data: View, op0, operand0, reverse0: bool = False, op1=None, operand1=None,
+                  reverse1: bool = False, engine=engine.unknown, name: str | None = None) -> None:
+    """dst = (data op0 operand0) op1 operand1 (the library's instruction; NKI's unary nl.abs with operand 0)."""
+    op0, operand0 = _unary(op0, operand0, "nisa.tensor_scalar op0")
+    if op1 is not None:
+        op1, operand1 = _unary(op1, operand1, "nisa.tensor_scalar op1")
+    _lib.tensor_scalar(dst, data, op0, operand0, reverse0=reverse0, op1=op1, operand1=operand1, reverse1=reverse1,
+                       engine=engine)
+
+
 def tensor_scalar_reduce(dst: View, data: View, op0, operand0, reduce_op, reduce_res: View | None = None,
                          reverse0: bool = False, reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
                          reduce_res_negate: bool = False, name: str | None = None) -> None:
@@ -215,6 +234,7 @@ def tensor_scalar_reduce(dst: View, data: View, op0, operand0, reduce_op, reduce
     if reduce_cmd is not _reduce_cmd.reset_reduce or reduce_init is not None:
         raise _unsupported(f"nisa.tensor_scalar_reduce(reduce_cmd={reduce_cmd}) (accumulator registers across "
                            f"instructions)")
+    op0, operand0 = _unary(op0, operand0, "nisa.tensor_scalar_reduce op0")
     red = _lib._alu(reduce_op)
     if red not in (Alu.add, Alu.multiply, Alu.max, Alu.min):
         raise KernelError(f"nisa.tensor_scalar_reduce: reduce_op must be nl.add, nl.multiply, nl.maximum or "

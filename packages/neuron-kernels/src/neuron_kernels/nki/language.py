@@ -211,6 +211,9 @@ class Operator:
     @property
     def alu(self):
         self._check_implemented()
+        if self.name in UNARY_ALU:
+            raise KernelError(f"nl.{self.name} is a unary ALU operator: it applies as op0 of nisa.tensor_scalar / "
+                              f"tensor_scalar_reduce with operand0 0 (or None)")
         return self._alu if self._alu is not None else self  # not an ALU op: the instruction says so
 
     @property
@@ -267,6 +270,8 @@ _ACT = {"copy": Act.identity, "square": Act.square, "sigmoid": Act.sigmoid, "rel
         "gelu_apprx_tanh": Act.gelu_tanh, "silu": Act.silu, "tanh": Act.tanh, "softplus": Act.softplus,
         "erf": Act.erf, "exp": Act.exp, "log": Act.log, "sin": Act.sin, "cos": Act.cos, "sqrt": Act.sqrt,
         "rsqrt": Act.rsqrt, "reciprocal": Act.reciprocal, "sign": Act.sign, "abs": Act.abs}
+# unary ALU operators (NKI: operand None or 0), as the simulator's ALU op computing them with operand 0
+UNARY_ALU = {"abs": Alu.abs_max}  # max(|x|, |0|) == |x|
 # names with a tile-function form here: unary activation functions and binary arithmetic
 _FUNCTIONS = {0: {*_ACT}, 1: {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}}
 # operators NKI documents that the simulator's ALU/activation tables lack: named freely, NotImplementedError when used
