@@ -19,7 +19,7 @@ import sys
 NAME = "nki"
 IMPL = "neuron_kernels.nki"
 ENV = "NEURON_KERNELS_NKI"
-SUBMODULES = ("language", "isa")
+SUBMODULES = {"language": "language", "isa": "isa", "isa.constants": "isa_constants", "typing": "typing"}
 
 
 class MissingNkiModule(ModuleNotFoundError, NotImplementedError):
@@ -34,8 +34,8 @@ def alias(override: bool = False):
     if not override and NAME in sys.modules and sys.modules[NAME] is not impl:
         return sys.modules[NAME]
     sys.modules[NAME] = impl
-    for sub in SUBMODULES:
-        sys.modules[f"{NAME}.{sub}"] = importlib.import_module(f"{IMPL}.{sub}")
+    for sub, module in SUBMODULES.items():
+        sys.modules[f"{NAME}.{sub}"] = importlib.import_module(f"{IMPL}.{module}")
     return impl
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,11 +141,13 @@ class Kernel:
             result = self.fn(**call)
             outs = result if isinstance(result, tuple) else () if result is None else (result,)
             for o in outs:
-                if not (isinstance(o, View) and not o.on_chip and o.owner.role == "out"):
+                if not (isinstance(o, View) and not o.on_chip and o.owner.role in ("out", "inout")):
                     raise KernelError(f"kernel {self.name!r} must return HBM tensors made with "
-                                      f"nl.ndarray(..., buffer=nl.hbm), got {o!r}")
+                                      f"nl.ndarray(..., buffer=nl.hbm) or arguments it wrote, got {o!r}")
             program = b.program()
         program.meta["outputs"] = [o.owner.index for o in outs]
+        program.meta["output_shapes"] = [o.shape if _reshaped(o) and o.shape != tuple(o.owner.shape) else None
+                                         for o in outs]
         return program
 
     def __call__(self, *args, device: int = 0, driver=None, **kwargs):
@@ -179,8 +182,16 @@ class Kernel:
         finally:
             for address in addresses:
                 drv.free(device, address)
-        outs = tuple(results[program.args[i].name] for i in program.meta["outputs"])
+        shapes = program.meta.get("output_shapes") or [None] * len(program.meta["outputs"])
+        outs = tuple(results[program.args[i].name] if shape is None else results[program.args[i].name].reshape(shape)
+                     for i, shape in zip(program.meta["outputs"], shapes))
         return outs[0] if len(outs) == 1 else (outs or None)
+
+
+def _reshaped(o: View) -> bool:
+    """A returned view that is the whole output tensor, maybe in another shape (``out.reshape(...)``): returned in
+    its own shape."""
+    return o.offset == 0 and o.size == math.prod(o.owner.shape) and o._contiguous()
 
 
 def _spec(v) -> tuple[tuple[int, ...], DType]:

@@ -222,11 +222,12 @@ class View:
             raise KernelError(f"{self!r}: bitcast to {dt} changes the element size")
         return type(self)(self.owner, dt, self.offset, self.dims)
 
-    def ap(self, pattern, *more, offset: int = 0, scalar_offset=None, vector_offset=None, indirect_dim: int = 0,
-           dtype=None) -> View:
+    def ap(self, pattern, *more, offset: int | None = None, scalar_offset=None, vector_offset=None,
+           indirect_dim: int = 0, dtype=None) -> View:
         """NKI's access pattern view: ``pattern`` [[step, num], ...] (first pair the partition dim) over this tensor's
         elements taken row-major (a tile's partition p starts at element p * its per-partition size), from element
-        ``offset``; ``dtype`` reinterprets the storage (steps and offset then count elements of that dtype).
+        ``offset`` (on a view of an HBM tensor: elements of the tensor's storage from the view's start);
+        ``dtype`` reinterprets the storage (steps and offset then count elements of that dtype).
         On-chip, the partition step must be the per-partition size (partitions are consecutive lanes)."""
         if scalar_offset is not None:
             raise NotImplementedError(f"{self!r}: .ap(scalar_offset=) (a runtime offset) is not implemented")
@@ -235,13 +236,23 @@ class View:
         elif more:
             offset = more[0]
         if vector_offset is not None:
-            return self._indirect(pattern, offset, vector_offset, indirect_dim, dtype)
+            return self._indirect(pattern, 0 if offset is None else int(offset), vector_offset, indirect_dim, dtype)
         pairs = [(int(step), int(num)) for step, num in pattern]
         if not pairs or any(num < 1 for _, num in pairs) or any(step < 0 for step, _ in pairs[1:]):
             raise KernelError(f"{self!r}: access pattern {pattern} needs [step, num] pairs with num >= 1")
-        if not self.whole:
-            raise KernelError(f"{self!r}: .ap() applies to a whole tensor, not to a slice or view of one")
         dt = self.dtype if dtype is None else DType.of(dtype)
+        offset = 0 if offset is None else int(offset)
+        if not self.whole:
+            if self.on_chip:
+                raise NotImplementedError(f"{self!r}: .ap() of a slice or view of an on-chip tile is not "
+                                          f"implemented (apply it to the tile as made)")
+            # an HBM view: the pattern addresses the tensor's storage, from the view's own start (NKI)
+            base_bytes, total_bytes = self.offset * self.dtype.itemsize, \
+                math.prod(self.owner.shape) * self.owner.dtype.itemsize
+            if base_bytes % dt.itemsize or total_bytes % dt.itemsize:
+                raise KernelError(f"{self!r}: cannot reinterpret its storage as {dt}")
+            return HBMTensor(self.owner, dt, 0, ((total_bytes // dt.itemsize, 1),), whole=True).ap(
+                pairs, offset=base_bytes // dt.itemsize + offset)
         row_bytes = math.prod(self.shape[1:]) * self.dtype.itemsize
         if row_bytes % dt.itemsize:
             raise KernelError(f"{self!r}: cannot reinterpret {row_bytes} bytes per row as {dt}")

@@ -34,7 +34,7 @@ def test_present_names_exist_and_are_not_stubs(module, name):
 
 
 def test_shared_instructions_are_the_library_functions():
-    for name in ("tensor_tensor", "tensor_scalar", "tensor_copy", "memset", "nc_transpose", "tensor_tensor_scan",
+    for name in ("tensor_tensor", "tensor_copy", "memset", "nc_transpose", "tensor_tensor_scan",
                  "bn_stats", "bn_aggr"):
         assert getattr(nisa, name) is getattr(neuron_kernels.isa, name)
     assert nl.ds is neuron_kernels.language.ds and nl.affine_range is neuron_kernels.language.affine_range

@@ -32,14 +32,17 @@ import numpy as np
 
 from neuron_hal import DType, ExecutionReport
 
-from ..jit import Kernel
+from ..errors import KernelError
+from ..jit import Kernel, _reshaped
 from ..tensors import View
 from ..tracer import builder
-from . import api, isa, language
+from . import api, isa, isa_constants, language, spmd, typing
 from .api import NkiNotImplemented, missing
 
 __neuron_kernels_nki__ = True  # how a program tells this front end from AWS's nki
-__all__ = ["benchmark", "install", "isa", "jit", "language", "simulate"]
+__all__ = ["benchmark", "dtype", "install", "isa", "jit", "language", "simulate", "typing"]
+isa.constants = isa_constants  # nki.isa.constants
+dtype = DType  # nki.dtype: the type of nl's dtypes
 
 
 def install(override: bool = False) -> None:
@@ -86,6 +89,11 @@ def _outputs_only(fn):
     def traced(*args, **kwargs):
         result = fn(*args, **kwargs)
         outs = result if isinstance(result, tuple) else () if result is None else (result,)
+        for o in outs:
+            if isinstance(o, View) and not o.on_chip and not o.whole and not _reshaped(o):
+                raise NkiNotImplemented(f"returning {o!r}, a slice or permuted view of an output tensor, is not "
+                                        f"implemented by neuron-kernels' NKI front end (return the tensor or a "
+                                        f"reshape of it)")
         returned = {o.owner.index for o in outs if isinstance(o, View) and not o.on_chip}
         for h in builder().handles:
             if h.role == "out" and h.index not in returned:
@@ -98,19 +106,25 @@ def _outputs_only(fn):
 class NkiKernel:
     """``@nki.jit``: a kernel traced by neuron-kernels' tracer and run on the selected driver (the simulator)."""
 
-    def __init__(self, fn, trace_path: str | None = None):
-        self.fn = fn
-        self.kernel = Kernel(_outputs_only(fn), name=fn.__name__)
+    def __init__(self, fn, trace_path: str | None = None, grid: tuple[int, ...] | None = None):
+        self.fn, self.grid = fn, grid
+        body = fn if grid is None else spmd.launch(fn, grid)
+        self.kernel = Kernel(_outputs_only(body), name=fn.__name__ if grid is None else
+                             f"{fn.__name__}[{','.join(map(str, grid))}]")
         self.trace_path = trace_path  # write each run's Perfetto trace here
         self.last_report: ExecutionReport | None = None
+        self._grids: dict[tuple[int, ...], NkiKernel] = {}
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid):
-        grid = grid if isinstance(grid, tuple) else (grid,)
-        if math.prod(int(g) for g in grid) != 1:
-            raise NkiNotImplemented(f"nki.jit kernel[{', '.join(map(str, grid))}]: SPMD launch grids (and LNC=2 "
-                                    f"logical cores) are not implemented by neuron-kernels' NKI front end")
-        return self
+        """``kernel[grid]`` / ``kernel[lnc]``: an SPMD launch, one instance per grid index, on one NeuronCore
+        (see :mod:`.spmd`)."""
+        if self.grid is not None:
+            raise KernelError(f"{self.__name__}[{', '.join(map(str, self.grid))}] is already a launch grid")
+        grid = spmd.normalize(grid)
+        if grid not in self._grids:
+            self._grids[grid] = NkiKernel(self.fn, self.trace_path, grid)
+        return self._grids[grid]
 
     def run(self, args, kwargs, trace: bool = False):
         likes = [*args, *kwargs.values()]
@@ -149,11 +163,17 @@ class NkiKernel:
         return self.kernel.trace(*[_to_numpy(a) for a in args], **{k: _to_numpy(v) for k, v in kwargs.items()})
 
 
+# compiler diagnostics options: they change what NKI's compiler reports, not what a kernel computes
+_DIAGNOSTIC_OPTIONS = {"debug_kernel", "show_compiler_tb", "experimental_flags"}
+
+
 def jit(func=None, mode: str = "auto", platform_target=None, **kwargs):
-    """``@nki.jit`` / ``@nki.jit(...)``: compile (trace) a top-level NKI kernel; calls run it on the simulator."""
-    if kwargs:
-        raise NkiNotImplemented(f"nki.jit options {sorted(kwargs)} are not implemented by neuron-kernels' NKI "
-                                f"front end")
+    """``@nki.jit`` / ``@nki.jit(...)``: compile (trace) a top-level NKI kernel; calls run it on the simulator.
+    The compiler-diagnostics options (``debug_kernel``, ``show_compiler_tb``, ``experimental_flags``) are accepted
+    and have nothing to do here; any other option raises NotImplementedError."""
+    unknown = sorted(set(kwargs) - _DIAGNOSTIC_OPTIONS)
+    if unknown:
+        raise NkiNotImplemented(f"nki.jit options {unknown} are not implemented by neuron-kernels' NKI front end")
     if func is None:
         return lambda f: NkiKernel(f)
     return func if isinstance(func, NkiKernel) else NkiKernel(func)

@@ -7,6 +7,7 @@ objects (``ds``, the ranges, the dtypes); where they differ, NKI's definition is
 
 from __future__ import annotations
 
+import enum
 import math
 
 from neuron_hal import Act, Alu, DType, Space, get_profile
@@ -15,7 +16,8 @@ from .. import language as _lib
 from ..errors import KernelError
 from ..tensors import _FAR, View
 from ..tracer import _current
-from .api import API, NkiNotImplemented, missing
+from . import spmd
+from .api import _OPERATOR_NAMES, API, NkiNotImplemented, missing
 
 _MODULE = "nki.language"
 
@@ -24,6 +26,34 @@ bool_, int8, int16, int32 = DType.bool_, DType.int8, DType.int16, DType.int32
 uint8, uint16, uint32 = DType.uint8, DType.uint16, DType.uint32
 float16, float32, bfloat16 = DType.float16, DType.float32, DType.bfloat16
 float8_e4m3, float8_e5m2, float8_e4m3fn = DType.float8_e4m3, DType.float8_e5m2, DType.float8_e4m3fn
+
+
+class _MissingDType:
+    """An NKI dtype the simulator lacks: kernels may name it (in tables of supported dtypes); making a tensor of it,
+    or calling it, raises NotImplementedError naming it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+    def error(self) -> NkiNotImplemented:
+        return NkiNotImplemented(f"{_MODULE}.{self.name} is not implemented by neuron-kernels' NKI front end: "
+                                 f"{API[_MODULE][self.name][1]}")
+
+    def __call__(self, *args, **kwargs):
+        raise self.error()
+
+
+def _dtype(dtype):
+    if isinstance(dtype, _MissingDType):
+        raise dtype.error()
+    return dtype
+
+
+for _name in ("tfloat32", "float8_e5m2_x4", "float8_e4m3fn_x4", "float4_e2m1fn_x4", "float8_e8m0fnu"):
+    globals()[_name] = _MissingDType(_name)
 
 
 # -- buffers -----------------------------------------------------------------------------------------------------
@@ -44,11 +74,14 @@ hbm = private_hbm  # NKI: "HBM - Alias of private_hbm"
 
 def ndarray(shape, dtype, buffer=sbuf, name: str = "", address=None) -> View:
     """A new tensor: an SBUF/PSUM tile (partition dim first) or an HBM tensor (returned: an output)."""
+    dtype = _dtype(dtype)
     if buffer is Ellipsis or buffer is None:
         buffer = sbuf
     if address is not None:
         return _placed(shape, dtype, buffer, name, address)
-    if isinstance(buffer, _HBM) or buffer is Space.HBM:
+    if buffer is shared_hbm or buffer is Space.HBM:  # shared by SPMD instances
+        return spmd.shared_tensor(lambda: _lib.ndarray(shape, dtype, Space.HBM, name or None), shape, DType.of(dtype))
+    if isinstance(buffer, _HBM):
         return _lib.ndarray(shape, dtype, Space.HBM, name or None)
     if buffer not in (sbuf, psum):
         raise KernelError(f"nl.ndarray: buffer {buffer!r} is not nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or "
@@ -110,16 +143,7 @@ affine_range, sequential_range, static_range = _lib.affine_range, _lib.sequentia
 
 
 # -- the launch grid: one program per launch (kernel[n] grids raise in nki.jit) ------------------------------------
-def program_id(axis: int = 0) -> int:
-    return 0
-
-
-def num_programs(axes=None) -> int:
-    return 1
-
-
-def program_ndim() -> int:
-    return 0
+program_id, num_programs, program_ndim = spmd.program_id, spmd.num_programs, spmd.program_ndim
 
 
 # -- tile_size ---------------------------------------------------------------------------------------------------
@@ -159,15 +183,32 @@ class Operator:
 
     @property
     def alu(self):
+        self._check_implemented()
+        if self.name in UNARY_ALU:
+            raise KernelError(f"nl.{self.name} is a unary ALU operator: it applies as op0 of nisa.tensor_scalar / "
+                              f"tensor_scalar_reduce with operand0 0 (or None)")
         return self._alu if self._alu is not None else self  # not an ALU op: the instruction says so
 
     @property
     def act(self):
+        self._check_implemented()
         return self._act if self._act is not None else self
 
-    def __call__(self, x, *rest, dtype=None, **kwargs):
+    def _check_implemented(self) -> None:
+        """An operator NKI has and the simulator lacks exists (kernels name it in tables) and raises when used."""
+        entry = API[_MODULE].get(self.name)
+        if self._alu is None and self._act is None and entry is not None and entry[0] == "missing":
+            # not NkiNotImplemented: an AttributeError here would be swallowed by getattr(op, "alu", op)
+            raise NotImplementedError(f"{_MODULE}.{self.name} is not implemented by neuron-kernels' NKI front end: "
+                                    f"{entry[1]}")
+
+    def __call__(self, *args, dtype=None, **kwargs):
         """NKI's (experimental) tile function form: a new SBUF tile holding ``op(x)`` or ``op(x, y)``, one
         instruction (ScalarE activation for unary functions, VectorE for arithmetic)."""
+        self._check_implemented()
+        if not args:
+            raise TypeError(f"nl.{self.name}() needs a tile argument")
+        x, rest = args[0], args[1:]
         if kwargs or len(rest) > 1 or self.name not in _FUNCTIONS[len(rest)]:
             raise NkiNotImplemented(f"nl.{self.name}(...) as a tile function (with these arguments) is not "
                                     f"implemented by neuron-kernels' NKI front end; pass it as the op of a nki.isa "
@@ -203,10 +244,43 @@ _ACT = {"copy": Act.identity, "square": Act.square, "sigmoid": Act.sigmoid, "rel
         "gelu_apprx_tanh": Act.gelu_tanh, "silu": Act.silu, "tanh": Act.tanh, "softplus": Act.softplus,
         "erf": Act.erf, "exp": Act.exp, "log": Act.log, "sin": Act.sin, "cos": Act.cos, "sqrt": Act.sqrt,
         "rsqrt": Act.rsqrt, "reciprocal": Act.reciprocal, "sign": Act.sign, "abs": Act.abs}
+# unary ALU operators (NKI: operand None or 0), as the simulator's ALU op computing them with operand 0
+UNARY_ALU = {"abs": Alu.abs_max}  # max(|x|, |0|) == |x|
 # names with a tile-function form here: unary activation functions and binary arithmetic
 _FUNCTIONS = {0: {*_ACT}, 1: {"add", "subtract", "multiply", "divide", "maximum", "minimum", "power"}}
-for _name in {*_ALU, *_ACT}:
+# operators NKI documents that the simulator's ALU/activation tables lack: named freely, NotImplementedError when used
+_MISSING_OPERATORS = {n for n, (st, _) in API[_MODULE].items() if st == "missing" and n in _OPERATOR_NAMES}
+for _name in {*_ALU, *_ACT, *_MISSING_OPERATORS}:
     globals()[_name] = Operator(_name, _ALU.get(_name), _ACT.get(_name))
+
+# -- tile-level functions (NKI's numpy-like API) -------------------------------------------------------------------
+from .tiles import (broadcast_to, empty_like, expand_dims, is_hbm, is_on_chip, is_psum, is_sbuf, load,  # noqa: E402
+                    matmul, max, mean, min, negative, ones, shared_identity_matrix, store, sum, transpose,
+                    where)
+
+
+class NKIObject:
+    """NKI's base class of kernel dataclasses and configuration objects (kernels are traced in Python, so any object
+    can be an argument). A subclass without annotations or an ``__init__`` of its own (``@dataclass`` over plain
+    class attributes) is built from keyword arguments naming those attributes, as NKI's are."""
+
+    def __init__(self, **kwargs) -> None:
+        for k, v in kwargs.items():
+            if not hasattr(type(self), k):
+                raise TypeError(f"{type(self).__name__} has no attribute {k!r} to set")
+            setattr(self, k, v)
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__ and not cls.__dict__.get("__annotations__"):
+            cls.__init__ = NKIObject.__init__  # before @dataclass, which then keeps it
+
+
+class MemoryRegion(enum.Enum):
+    sbuf = "sbuf"
+    psum = "psum"
+    private_hbm = "private_hbm"
+    shared_hbm = "shared_hbm"
 
 
 # -- the rest of NKI's names: NotImplementedError -------------------------------------------------------------------
