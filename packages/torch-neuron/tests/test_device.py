@@ -20,6 +20,33 @@ def test_init_and_is_initialized():
     assert torch.neuron.is_initialized()
 
 
+def test_device_poison_fork():
+    """As CUDA's: a child forked after the runtime came up cannot initialize it (it holds a copy of the parent's);
+    a fresh process (the 'spawn' start method) can, and the parent is unaffected."""
+    import multiprocessing
+
+    def child(queue):
+        try:
+            torch.neuron.init()
+            queue.put(("ok", "", torch.neuron._is_in_bad_fork(), torch.neuron.is_initialized()))
+        except RuntimeError as e:
+            queue.put(("raised", str(e), torch.neuron._is_in_bad_fork(), torch.neuron.is_initialized()))
+
+    torch.neuron.init()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    p = ctx.Process(target=child, args=(queue,))
+    p.start()
+    p.join()
+    status, message, bad, initialized = queue.get(timeout=60)
+    assert (status, bad, initialized) == ("raised", True, False)
+    assert "Cannot re-initialize Neuron in forked subprocess" in message and "'spawn'" in message
+    code = "import torch; torch.neuron.init(); print(torch.neuron.is_initialized(), torch.neuron._is_in_bad_fork())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"]
+    assert torch.neuron.is_initialized() and not torch.neuron._is_in_bad_fork()
+
+
 def test_device_count_is_the_profiles_cores():
     assert torch.neuron.device_count() == torch.neuron.runtime().profile.cores_per_chip
 

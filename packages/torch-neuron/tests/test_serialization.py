@@ -168,11 +168,35 @@ def test_deepcopy_copies_storage_and_keeps_ties():
     assert b.data_ptr() == a.data_ptr() + 8 and a.data_ptr() != base.data_ptr()
 
 
+FLAGS = {"layout_hint": True, "checked": False}
+
+
 def test_tensor_metadata_of_neuron_tensors():
-    """torch._utils.get/set_tensor_metadata: torch's conj/neg bits work; neuron tensors carry no backend metadata,
-    so any other key is an error naming it instead of being dropped silently."""
+    """torch._utils.set/get_tensor_metadata: a neuron tensor keeps the flags set on it (set replaces them, {} clears
+    them); torch's own conj/neg keys still set the tensor's bits; views and results start without flags."""
     t = torch.ones(3, device="neuron")
     assert torch._utils.get_tensor_metadata(t) == {}
+    torch._utils.set_tensor_metadata(t, FLAGS)
+    assert torch._utils.get_tensor_metadata(t) == FLAGS
+    assert torch._utils.get_tensor_metadata(t[1:]) == {} and torch._utils.get_tensor_metadata(t + 1) == {}
+    torch._utils.set_tensor_metadata(t, {"other": True})
+    assert torch._utils.get_tensor_metadata(t) == {"other": True}
     torch._utils.set_tensor_metadata(t, {})
-    with pytest.raises(RuntimeError, match="neuron tensors carry no backend metadata.*'layout_hint'"):
-        torch._utils.set_tensor_metadata(t, {"layout_hint": True})
+    assert torch._utils.get_tensor_metadata(t) == {}
+    c = torch.ones(2, dtype=torch.complex64, device="neuron")
+    torch._utils.set_tensor_metadata(c, {"conj": True, "tag": True})
+    assert c.is_conj() and torch._utils.get_tensor_metadata(c) == {"conj": True, "tag": True}
+
+
+def test_tensor_metadata_travels_with_save_and_load(tmp_path):
+    """The flags go where torch 2.13 copies backend metadata: torch.save/torch.load back onto neuron (not onto the
+    CPU, whose tensors carry none). (torch 2.13 has no torch._C._copy_backend_meta and its fake tensors copy no
+    backend metadata.)"""
+    t = torch.arange(4.0, device="neuron:1")
+    torch._utils.set_tensor_metadata(t, FLAGS)
+    torch.save({"t": t, "plain": t * 1}, tmp_path / "t.pt")
+    back = torch.load(tmp_path / "t.pt")
+    assert back["t"].device == t.device and torch._utils.get_tensor_metadata(back["t"]) == FLAGS
+    assert torch._utils.get_tensor_metadata(back["plain"]) == {}
+    torch.testing.assert_close(back["t"].cpu(), torch.arange(4.0))
+    assert torch._utils.get_tensor_metadata(torch.load(tmp_path / "t.pt", map_location="cpu")["t"]) == {}

@@ -357,3 +357,34 @@ def test_tiny_head_dims_in_sixteen_bits(d):
     close(got, want, torch.bfloat16)
     for dg, cg in zip(dgrads, cgrads):
         close(dg, cg, torch.bfloat16)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 3, 70, 90), (70, 90), (1, 3, 1, 90)])
+def test_overrideable_backward_gives_the_mask_gradient(mask_shape):
+    """The fused op called directly with a float bias that needs a gradient (as aten's own op tests do): dq, dk, dv
+    from the kernels and d(bias) summed to the bias's broadcast shape, against CPU autograd of the math path."""
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(2, 3, s, 32) for s in (70, 90, 90))
+    bias = torch.randn(mask_shape)
+    g = torch.randn(2, 3, 70, 32)
+    cpu = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        want = F.scaled_dot_product_attention(*cpu[:3], attn_mask=cpu[3])
+    want.backward(g)
+    dev = [t.to(DEV) for t in (q, k, v, bias)]
+    dev[3].requires_grad_()
+    with torch.no_grad():
+        out, lse, csq, csk, mq, mk, seed, offset, _ = \
+            torch.ops.aten._scaled_dot_product_fused_attention_overrideable(*dev[:3], attn_bias=dev[3])
+    torch.testing.assert_close(out.cpu(), want.detach(), **TOL[torch.float32])
+
+    def backward(mask):
+        return torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(
+            g.to(DEV), *dev, mask, out, lse, csq, csk, mq, mk, dropout_p=0.0, is_causal=False,
+            philox_seed=seed, philox_offset=offset)
+
+    grads = backward([True, True, True, True])
+    assert grads[3].shape == bias.shape
+    for got, ref in zip(grads, cpu):
+        torch.testing.assert_close(got.cpu(), ref.grad, **TOL[torch.float32])
+    assert backward([True, True, True, False])[3] is None

@@ -8,6 +8,7 @@ memory statistics, amp and ``metrics()``, shaped like ``torch.cuda``.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch  # noqa: E402  (imported first, torch's autoload finds this module half-imported and goes on)
@@ -79,20 +80,33 @@ __all__ = [
 
 
 def is_initialized() -> bool:
-    return _C._is_initialized()
+    return _C._is_initialized() and not _in_bad_fork
 
 
 def init() -> None:
     """As ``torch.cuda.init()``: initialize the device runtime now. Importing torch already does (the driver is
-    created when the backend loads), so this only checks that it did; it raises what a failed load raised."""
+    created when the backend loads), so this only checks that it did; it raises what a failed load raised. In a
+    child forked after that, it raises as CUDA's does: the child holds a copy of the parent's runtime (the
+    simulator's state; a hardware driver's handles are not usable there), so use the 'spawn' start method."""
+    if _in_bad_fork:
+        raise RuntimeError("Cannot re-initialize Neuron in forked subprocess. To use Neuron with multiprocessing, "
+                           "you must use the 'spawn' start method")
     runtime()
     if not is_initialized():
         raise RuntimeError("torch.neuron.init(): the neuron runtime did not initialize; see the warning "
                            "`import torch` printed, or run `python -c 'import torch_neuron'`")
 
 
+_in_bad_fork = False  # set in a child forked from a process whose runtime was up (CUDA's poison fork)
+
+
 def _is_in_bad_fork() -> bool:
-    return False
+    return _in_bad_fork
+
+
+def _poison_fork() -> None:
+    global _in_bad_fork
+    _in_bad_fork = bool(_C._is_initialized())
 
 
 def _register() -> None:
@@ -113,3 +127,4 @@ def _register() -> None:
 
 
 _register()
+os.register_at_fork(after_in_child=_poison_fork)

@@ -21,6 +21,9 @@
   use only ``torch.neuron``: ``torch_neuronx_compat.py`` answers that name when, and only when, nothing else does.
 - ``torch.compile``'s default backend is Inductor, which cannot compile neuron tensors: ``inductor_route.py`` sends
   graphs on neuron to the neuron backend.
+- Quantized dtypes (qint8, quint8, qint32, ...; deprecated by PyTorch) have no neuron storage or kernels: making
+  a quantized neuron tensor (quantizing one, moving one over, an empty one) raises an error saying so instead of
+  aten's "Could not run ... 'Quantizedneuron' backend" after a CPU round trip.
 - ``transformers.pipeline(device=0)`` maps the index through a fixed list of device types without neuron and
   silently ran on the CPU: ``transformers_pipeline.py`` makes the index mean ``neuron:<index>``.
 """
@@ -97,8 +100,25 @@ def _register_dynamo_interface() -> None:
     device_interface.register()
 
 
+_QUANTIZED_MAKERS = {  # dispatch key -> the ops that make a quantized neuron tensor there
+    "PrivateUse1": ("quantize_per_tensor", "quantize_per_tensor.tensor_qparams", "quantize_per_tensor.tensors",
+                    "quantize_per_channel", "quantize_per_tensor_dynamic"),
+    "QuantizedPrivateUse1": ("empty_quantized", "_empty_affine_quantized", "_empty_per_channel_affine_quantized",
+                             "empty.memory_format"),
+}
+
+
+def _no_quantized(*args, **kwargs):
+    raise NotImplementedError("neuron has no quantized tensors: torch's quantized dtypes (qint8, quint8, qint32, "
+                              "quint4x2, quint2x4; deprecated by PyTorch) are not supported on the device. Quantize "
+                              "on the CPU, or keep int8/float8 values with explicit scales on the device")
+
+
 def register(lib) -> None:
     lib.impl("_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type, "PrivateUse1")
+    for key, ops in _QUANTIZED_MAKERS.items():
+        for op in ops:
+            lib.impl(op, _no_quantized, key)
     after_import("torch._dynamo.device_interface", _register_dynamo_interface)
     if not hasattr(tensor_str._tensor_str, "__wrapped__"):
         tensor_str._tensor_str = _format_on_host(tensor_str._tensor_str)

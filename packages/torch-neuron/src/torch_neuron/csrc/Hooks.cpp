@@ -1,5 +1,5 @@
 // PrivateUse1 hooks: what torch.accelerator, default generators, pinned memory and storage resize
-// ask of a backend; backend metadata for serialization.
+// ask of a backend; backend metadata (flags that travel with a tensor through serialization).
 #include "Generator.h"
 #include "PinnedMemory.h"
 #include "Runtime.h"
@@ -46,21 +46,37 @@ struct NeuronHooks final : at::PrivateUse1HooksInterface {
   }
 };
 
-// torch._utils.set_tensor_metadata / torch.load: neuron tensors carry no backend metadata, so a key beyond
-// torch's own conj/neg is an error naming it rather than silently dropped.
-void no_backend_meta(const at::Tensor& /*t*/, std::unordered_map<std::string, bool>& /*metadata*/) {}
-void refuse_backend_meta(const at::Tensor& /*t*/, std::unordered_map<std::string, bool>& metadata) {
-  if (metadata.empty()) return;
-  std::string keys;
-  for (const auto& kv : metadata) keys += (keys.empty() ? "'" : ", '") + kv.first + "'";
-  TORCH_CHECK(false, "set_tensor_metadata: neuron tensors carry no backend metadata (only torch's 'conj' and "
-              "'neg'); got ", keys);
+// torch._utils.set_tensor_metadata / get_tensor_metadata: a neuron tensor carries the boolean flags set on it
+// (beyond torch's own 'conj' and 'neg', which torch keeps itself) in its TensorImpl's backend metadata, so they
+// travel where torch copies that metadata: torch.save/torch.load, torch._C._copy_backend_meta, fake tensors
+// (torch.compile's example values). Views and new results start without flags, as on every backend.
+struct NeuronBackendMeta final : c10::BackendMeta {
+  explicit NeuronBackendMeta(std::unordered_map<std::string, bool> f) : flags(std::move(f)) {}
+  c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& /*ptr*/) const override {
+    return c10::make_intrusive<NeuronBackendMeta>(flags);
+  }
+  std::unordered_map<std::string, bool> flags;
+};
+
+void get_backend_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& metadata) {
+  auto* meta = dynamic_cast<NeuronBackendMeta*>(t.unsafeGetTensorImpl()->get_backend_meta());
+  if (meta != nullptr) metadata.insert(meta->flags.begin(), meta->flags.end());
+}
+
+// set replaces the flags (an empty map clears them; torch.load passes one for a tensor saved without flags).
+void set_backend_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& metadata) {
+  auto* impl = t.unsafeGetTensorImpl();
+  if (metadata.empty()) {
+    if (impl->get_backend_meta() != nullptr) impl->set_backend_meta(nullptr);
+    return;
+  }
+  impl->set_backend_meta(c10::make_intrusive<NeuronBackendMeta>(metadata));
 }
 
 struct Register {
   Register() {
     at::RegisterPrivateUse1HooksInterface(new NeuronHooks());
-    torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &no_backend_meta, &refuse_backend_meta);
+    torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &get_backend_meta, &set_backend_meta);
   }
 } register_hooks;
 

@@ -71,7 +71,7 @@ def _fits(q, k, v, mask, dropout_p, enable_gqa, max_head_dim=MAX_HEAD_DIM, group
     if not (0 < sq <= MAX_SEQ and 0 < skv <= MAX_SEQ and q.numel()):
         return False
     if mask is not None:
-        if mask.requires_grad or (mask.dtype != torch.bool and not mask.is_floating_point()):
+        if mask.dtype != torch.bool and not mask.is_floating_point():
             return False
         try:
             torch.broadcast_shapes(mask.shape, (*q.shape[:-1], skv))
@@ -98,7 +98,9 @@ def sdp_choice(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     """The backend scaled_dot_product_attention uses for neuron tensors (called by the C++ stub)."""
     fused = _fits(q, k, v, mask, dropout_p, enable_gqa) or _causal_wide(q, k, v, mask, dropout_p, is_causal,
                                                                          enable_gqa)
-    return OVERRIDEABLE if fused else MATH
+    # a mask that needs a gradient: aten's math path (the overrideable backward computes it by a float32
+    # decomposition, for direct calls of the op)
+    return OVERRIDEABLE if fused and (mask is None or not mask.requires_grad) else MATH
 
 
 @impl("_fused_sdp_choice")
@@ -194,14 +196,35 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
     """aten's fused SDPA backward; ``targets`` (compiled graphs): dq, dk, dv written into these tensors (views with
     contiguous rows, e.g. slices of the buffer a graph stacks the three gradients into), which are returned."""
     same_device(grad_out, q, k, v, out)
-    if grad_input_mask[3] or dropout_p > 0.0:
-        raise NotImplementedError("the neuron flash-attention backward gives no mask gradient and no dropout; "
+    if dropout_p > 0.0:
+        raise NotImplementedError("the neuron flash-attention backward takes no dropout; "
                                   "F.scaled_dot_product_attention routes such calls to the math backend")
+    dq, dk, dv = _sdpa_backward_qkv(grad_out, q, k, v, attn_bias, out, logsumexp, dropout_p, is_causal, scale,
+                                    targets)
+    wants_bias = grad_input_mask[3] and attn_bias is not None
+    return dq, dk, dv, _bias_grad(grad_out, q, k, v, out, attn_bias, scale) if wants_bias else None
+
+
+def _bias_grad(grad_out, q, k, v, out, bias, scale) -> torch.Tensor:
+    """The gradient of the additive attn_bias: dS = P * (dO V^T - rowsum(dO * O)), P recomputed from the
+    scores, in float32, summed down to the bias's broadcast shape (FlashAttention-2's dS, unscaled)."""
+    if not bias.is_floating_point():
+        raise ValueError(f"sdpa backward: a {bias.dtype} attn_bias has no gradient (only a floating-point one)")
+    sc = q.shape[-1] ** -0.5 if scale is None else scale  # (the kernels take no causal flag beside a mask)
+    s = torch.matmul(q.float(), k.float().transpose(-2, -1)) * sc + bias.float()
+    p = torch.softmax(s, -1)
+    do = grad_out.float()
+    ds = p * (torch.matmul(do, v.float().transpose(-2, -1)) - (do * out.float()).sum(-1, keepdim=True))
+    return ds.sum_to_size(bias.shape).to(bias.dtype)
+
+
+def _sdpa_backward_qkv(grad_out, q, k, v, attn_bias, out, logsumexp, dropout_p, is_causal, scale, targets):
+    """dq, dk, dv by the backward kernels (or _wide_backward for the causal calls they cannot take)."""
     if not _fits(q, k, v, attn_bias, dropout_p, False):  # a causal call wider than the kernels (_causal_wide)
         grads = _wide_backward(grad_out, q, k, v, out, logsumexp, scale)
         if targets is not None:
             grads = [t.copy_(g) for t, g in zip(targets, grads)]
-        return (*grads, None)
+        return grads
     skv = k.shape[-2]
     layouts, into = [], {}
     tensors = [_heads(t, name, layouts) for t, name in
@@ -219,7 +242,7 @@ def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp,
                     mask=_kernel_mask(attn_bias, q, skv, scale), **_layouts(layouts), **into))
     dq, dk, dv = (g if name in into else next(made).view(t.shape)
                   for g, name, t in zip(grads, ("dq", "dk", "dv"), (q, k, v)))
-    return dq, dk, dv, None
+    return dq, dk, dv
 
 
 def _wide_scores(q, k, scale) -> torch.Tensor:
