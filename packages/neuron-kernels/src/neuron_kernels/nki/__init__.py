@@ -25,7 +25,6 @@ harnesses that swap the NKI modules).
 from __future__ import annotations
 
 import functools
-import math
 
 import _neuron_kernels_nki as _finder
 import numpy as np

@@ -261,8 +261,9 @@ PUBLIC_KERNELS: list[tuple[str, tuple[str, str], str, str, str]] = [
      "NotImplementedError nl.gelu_apprx_sigmoid (read)", "NotImplementedError .ap(scalar_offset=) (runtime offsets)"),
     # held out: first run after the changes above, then the gaps they showed were filled (jit diagnostics options,
     # ordered nc_version, matmul row/column tiling, stride-0 destinations)
-    *((f"qkv ({variant}, held out)", LIB, f"{_CORE}/qkv/qkv.py", "AttributeError nl.NKIObject", _OK) for variant in ("context encoding", "context encoding + RMSNorm", "token generation",
-                            "token generation + RMSNorm")),
+    *((f"qkv ({variant}, held out)", LIB, f"{_CORE}/qkv/qkv.py", "AttributeError nl.NKIObject", _OK)
+      for variant in ("context encoding", "context encoding + RMSNorm", "token generation",
+                      "token generation + RMSNorm")),
     ("attention_bwd (held out)", LIB, f"{_CORE}/attention/attention_bwd.py",
      "NotImplementedError nl.gelu_apprx_sigmoid (read)", _OK),
     # second held-out batch (then: nl.abs as a unary ALU operator)

@@ -23,8 +23,8 @@ from ..tensors import View
 from ..tracer import builder
 from . import language as nl
 from .api import API, NkiNotImplemented, missing
-from .top8 import max8, nc_find_index8, nc_match_replace8  # noqa: F401 (nki.isa names)
 from .shuffle import nc_stream_shuffle  # noqa: F401 (an nki.isa name)
+from .top8 import max8, nc_find_index8, nc_match_replace8  # noqa: F401 (nki.isa names)
 
 _MODULE = "nki.isa"
 

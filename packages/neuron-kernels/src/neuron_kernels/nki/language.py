@@ -254,9 +254,27 @@ for _name in {*_ALU, *_ACT, *_MISSING_OPERATORS}:
     globals()[_name] = Operator(_name, _ALU.get(_name), _ACT.get(_name))
 
 # -- tile-level functions (NKI's numpy-like API) -------------------------------------------------------------------
-from .tiles import (broadcast_to, empty_like, expand_dims, is_hbm, is_on_chip, is_psum, is_sbuf, load,  # noqa: E402
-                    matmul, max, mean, min, negative, ones, shared_identity_matrix, store, sum, transpose,
-                    where)
+from .tiles import (  # noqa: E402, F401 (nki.language names)
+    broadcast_to,
+    empty_like,
+    expand_dims,
+    is_hbm,
+    is_on_chip,
+    is_psum,
+    is_sbuf,
+    load,
+    matmul,
+    max,
+    mean,
+    min,
+    negative,
+    ones,
+    shared_identity_matrix,
+    store,
+    sum,
+    transpose,
+    where,
+)
 
 
 class NKIObject:
