@@ -92,12 +92,19 @@ def test_current_device_and_context():
         torch.neuron.set_device(0)
 
 
-def test_unknown_device_index_names_the_limit():
+def test_invalid_device_index():
+    """An index past the last device is a RuntimeError naming the index and the range, as CUDA's invalid device
+    ordinal, from every way in: torch.accelerator, a tensor factory, torch.neuron."""
     n = torch.neuron.device_count()
-    with pytest.raises(IndexError, match=f"index {n} is out of range.*{n} neuron devices"):
+    limit = (f"The device index is out of range: neuron:{n} does not exist, this machine has {n} neuron devices "
+             f"\\(valid indices 0..{n - 1}\\)")
+    with pytest.raises(RuntimeError, match=limit):
+        torch.accelerator.set_device_index(n)
+    with pytest.raises(RuntimeError, match=limit):
         torch.empty(1, device=f"neuron:{n}")
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(RuntimeError, match=limit):
         torch.neuron.set_device(n)
+    assert torch.neuron.current_device() == 0 and torch.ones(1, device="neuron").item() == 1
 
 
 def test_device_properties_come_from_the_profile():

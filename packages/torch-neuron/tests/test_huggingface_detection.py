@@ -220,8 +220,23 @@ for _ in range(5):
     opt.zero_grad()
     losses.append(loss.item())
 graphs = torch.neuron.metrics()["compile"].get("forward_graphs", 0)
-print(acc.device.type, acc.mixed_precision, computed[0], losses[-1] < losses[0], graphs > 0)
+print(acc.state.dynamo_plugin.backend.value, acc.device.type, acc.mixed_precision, computed[0], losses[-1] < losses[0],
+      graphs > 0)
 """
+
+
+def launch(tmp_path, *args) -> list[str]:
+    """``accelerate launch ARGS train.py`` (one process, none of the machine's config or device variables): the
+    training script's last line, split."""
+    script = tmp_path / "train.py"
+    script.write_text(LAUNCHED)
+    env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_TORCH_DEVICE"}
+    env["HF_HOME"] = str(tmp_path)  # no accelerate config file of the machine's
+    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1",
+                          "--num_machines", "1", *args, str(script)], env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.split()[-6:]
 
 
 def test_accelerate_launch_bf16_dynamo(tmp_path):
@@ -229,12 +244,24 @@ def test_accelerate_launch_bf16_dynamo(tmp_path):
     ``Accelerator()`` finds neuron and bf16 autocast, its model is compiled (Inductor's graphs on neuron go to the
     neuron backend: ``inductor_route``; the launcher's ``--dynamo_backend`` list has no ``neuron``), and it trains."""
     pytest.importorskip("accelerate", reason="accelerate is not installed")
-    script = tmp_path / "train.py"
-    script.write_text(LAUNCHED)
-    env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_TORCH_DEVICE"}
-    env["HF_HOME"] = str(tmp_path)  # no accelerate config file of the machine's
-    out = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1",
-                          "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "inductor",
-                          str(script)], env=env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-5:] == ["neuron", "bf16", "torch.bfloat16", "True", "True"]
+    got = launch(tmp_path, "--mixed_precision", "bf16", "--dynamo_backend", "inductor")
+    assert got == ["INDUCTOR", "neuron", "bf16", "torch.bfloat16", "True", "True"]
+
+
+def test_accelerate_launch_config_file_dynamo_backend_neuron(tmp_path):
+    """An Accelerate config file (what ``accelerate config`` writes) with ``dynamo_backend: NEURON``, Accelerate's
+    own name for the Neuron backend: the launcher's command-line list lacks it, the config file does not; the script
+    compiles with ``torch.compile(backend="neuron")`` and trains in bf16 on neuron."""
+    pytest.importorskip("accelerate", reason="accelerate is not installed")
+    config = tmp_path / "accelerate.yaml"
+    config.write_text(textwrap.dedent("""\
+        compute_environment: LOCAL_MACHINE
+        distributed_type: 'NO'
+        mixed_precision: bf16
+        num_machines: 1
+        num_processes: 1
+        dynamo_config:
+          dynamo_backend: NEURON
+        """))
+    got = launch(tmp_path, "--config_file", str(config))
+    assert got == ["NEURON", "neuron", "bf16", "torch.bfloat16", "True", "True"]

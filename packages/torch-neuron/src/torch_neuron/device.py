@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from neuron_hal.errors import InvalidDeviceError
+
 from .runtime import runtime
 
 
@@ -42,8 +44,9 @@ def _index(device) -> int:
             raise ValueError(f"expected a neuron device, got {d}")
         index = current_device() if d.index is None else d.index
     if not 0 <= index < device_count():
-        raise IndexError(f"neuron device index {index} is out of range: this machine has {device_count()} "
-                         f"neuron devices (valid indices 0..{device_count() - 1})")
+        # a RuntimeError as CUDA's "invalid device ordinal" (and an IndexError, as the HAL's InvalidDeviceError)
+        raise InvalidDeviceError(f"The device index is out of range: neuron:{index} does not exist, this machine "
+                                 f"has {device_count()} neuron devices (valid indices 0..{device_count() - 1})")
     return index
 
 

@@ -130,9 +130,10 @@ c10::DeviceIndex current_device() { return tls_device; }
 
 void check_device(c10::DeviceIndex index) {
   c10::DeviceIndex count = runtime() == nullptr ? 0 : runtime()->device_count;
-  TORCH_CHECK_INDEX(index >= 0 && index < count, "neuron device index ", static_cast<int>(index),
-                    " is out of range: this machine has ", static_cast<int>(count),
-                    " neuron devices (valid indices 0..", static_cast<int>(count) - 1, ")");
+  // a RuntimeError, as CUDA's "invalid device ordinal"; the wording is device.py's _index
+  TORCH_CHECK(index >= 0 && index < count, "The device index is out of range: neuron:", static_cast<int>(index),
+              " does not exist, this machine has ", static_cast<int>(count), " neuron devices (valid indices 0..",
+              static_cast<int>(count) - 1, ")");
 }
 
 void set_current_device(c10::DeviceIndex index) {
