@@ -39,7 +39,9 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..ops import attention, linalg, normalization
+from ..ops.attention import sdpa as attention
+from ..ops.linalg import matmul as linalg
+from ..ops.normalization import norms as normalization
 from .graph_io import fake_tensor
 from .patterns import only_user
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from ..ops.pointwise_expr import MAX_GRAPH_INPUTS, Expr
+from ..ops.pointwise.expr import MAX_GRAPH_INPUTS, Expr
 from .lowering import VALUE_DTYPES, lower
 
 

@@ -1,4 +1,4 @@
-"""Elementwise aten ops of a graph as formula nodes (``ops.pointwise_expr.Expr``).
+"""Elementwise aten ops of a graph as formula nodes (``ops.pointwise.expr.Expr``).
 
 A fused region evaluates its ops in FP32 on each tile and rounds only the values it hands out (Inductor
 does the same); an explicit dtype conversion inside the region (autocast's casts) is kept as a rounding.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.pointwise_expr import Expr, act, rounded, where
+from ..ops.pointwise.expr import Expr, act, rounded, where
 
 aten = torch.ops.aten
 prims = torch.ops.prims

@@ -1,0 +1,8 @@
+"""Pooling: average, max and adaptive pools and their backward."""
+
+from __future__ import annotations
+
+
+def register(lib) -> None:
+    """Register this family's ops: its modules register when imported, or through their ``register``."""
+    from . import adaptive, avg, max, windows  # noqa: F401  (importing registers)
