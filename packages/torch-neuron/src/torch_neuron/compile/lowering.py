@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.pointwise.expr import Expr, act, rounded, where
+from neuron_kernels.library.formula import Expr, act, where
+
+from ..ops.core.dtypes import FLOATS
+from ..ops.pointwise.expr import rounded
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 VALUE_DTYPES = (*FLOATS, torch.bool)
 
 

@@ -43,10 +43,10 @@ from neuron_kernels.library import attention_short as kshort
 from ...runtime import runtime
 from ..core.checks import constant, in_layout, meta_result, same_device
 from ..core.copy import storage_span
+from ..core.dtypes import FLOATS
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig
-from ..linalg.matmul import FLOATS
 from ..pointwise.base import is_non_overlapping_and_dense
 
 aten = torch.ops.aten

@@ -37,11 +37,11 @@ from neuron_kernels.library import reduce as red
 
 from ...fallback import on_fallback
 from ..core.checks import same_device, zeros
+from ..core.dtypes import FLOATS
 from ..core.fallback import arguments
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig
-from ..linalg.matmul import FLOATS
 from ..tensor.shape import copy_into
 
 aten = torch.ops.aten

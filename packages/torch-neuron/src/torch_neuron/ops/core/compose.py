@@ -10,8 +10,6 @@ from neuron_kernels.library import elementwise, movement
 from .launch import run
 from .variants import contig, write_out
 
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-
 
 def ew(op: str, kernel, *args, **kwargs) -> torch.Tensor:
     """One elementwise kernel launch charged to ``op`` (tensor arguments must be contiguous)."""

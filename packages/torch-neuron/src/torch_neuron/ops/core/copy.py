@@ -15,7 +15,8 @@ from neuron_kernels.library import movement
 
 from ...runtime import runtime
 from . import registry
-from .launch import device_dtype, run
+from .dtypes import device_dtype
+from .launch import run
 
 
 def extent(t: torch.Tensor) -> int:

@@ -21,26 +21,13 @@ import weakref
 
 import torch
 
-from neuron_hal import DType, ProgramError
+from neuron_hal import ProgramError
 from neuron_kernels import TensorSpec
 from neuron_kernels.lru import LRU
 
 from ...metrics import record_native, register_cache
 from ...runtime import runtime
-
-TORCH_TO_DTYPE = {
-    torch.float32: DType.float32, torch.bfloat16: DType.bfloat16, torch.float16: DType.float16,
-    torch.float8_e4m3fn: DType.float8_e4m3fn, torch.float8_e5m2: DType.float8_e5m2,
-    torch.int8: DType.int8, torch.uint8: DType.uint8, torch.int16: DType.int16, torch.uint16: DType.uint16,
-    torch.int32: DType.int32, torch.uint32: DType.uint32, torch.int64: DType.int64, torch.uint64: DType.uint64,
-    torch.bool: DType.bool_,
-}
-DTYPE_TO_TORCH = {v: k for k, v in TORCH_TO_DTYPE.items()}
-
-
-def device_dtype(dtype: torch.dtype) -> DType | None:
-    """The device dtype of a torch dtype; None where the engines cannot compute (float64, complex)."""
-    return TORCH_TO_DTYPE.get(dtype)
+from .dtypes import DTYPE_TO_TORCH, TORCH_TO_DTYPE
 
 
 class _Launch:

@@ -25,6 +25,7 @@ import torch
 
 from neuron_kernels.library import arange_f64 as kf
 
+from ..core.dtypes import FLOATS
 from ..core.launch import run
 
 GRAIN = 32768  # at::internal::GRAIN_SIZE: parallel_for splits only longer ranges
@@ -91,7 +92,7 @@ def vector_width(dtype: torch.dtype = torch.float32) -> int | None:
 
 def plan(start, step, n: int, dtype: torch.dtype):
     """The launches' arguments (see ``fill``), or None when this path cannot give torch's bits."""
-    if dtype not in _KINDS or not n or isinstance(start, complex) or isinstance(step, complex):
+    if dtype not in FLOATS or not n or isinstance(start, complex) or isinstance(step, complex):
         return None
     start, step = float(start), float(step)  # torch's Scalar -> double
     if start == 0 and math.copysign(1.0, start) < 0:
@@ -116,7 +117,6 @@ def plan(start, step, n: int, dtype: torch.dtype):
     return ("f64", regions, (a, k, q, exact))
 
 
-_KINDS = frozenset({torch.float32, torch.bfloat16, torch.float16})
 
 
 def fill(target: torch.Tensor, p) -> None:

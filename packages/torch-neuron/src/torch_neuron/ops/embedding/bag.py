@@ -22,16 +22,17 @@ import torch
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import embedding as emb
 from neuron_kernels.library import movement
+from neuron_kernels.library.formula import formula, inputs, where
 
 from ..core.checks import full, same_device
 from ..core.copy import to_host
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig
 from ..indexing.gather_scatter import index32
-from ..indexing.scatter_reduce import F32, FLOATS, native, reduce_region
-from ..pointwise.expr import formula, inputs, where
+from ..indexing.scatter_reduce import F32, native, reduce_region
 from ..reduction.segment import _slots
 from ..sorting.rank import positions
 

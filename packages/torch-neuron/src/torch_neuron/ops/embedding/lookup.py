@@ -13,9 +13,10 @@ import torch
 from neuron_kernels.library import embedding as emb
 
 from ..core.checks import same_device
-from ..core.compose import FLOATS, index32
+from ..core.compose import index32
+from ..core.dtypes import FLOATS, device_dtype
 from ..core.fallback import on_cpu
-from ..core.launch import device_dtype, run_indexed
+from ..core.launch import run_indexed
 from ..core.registry import impl
 from ..core.variants import contig, out_variant
 

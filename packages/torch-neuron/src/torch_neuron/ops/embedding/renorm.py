@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import torch
 
+from neuron_kernels.library.formula import formula, inputs, where
+
 from ..core.checks import same_device
-from ..core.compose import FLOATS
+from ..core.dtypes import FLOATS, TORCH_TO_DTYPE
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
-from ..indexing.scatter_reduce import _DT
-from ..pointwise.expr import formula, inputs, rounded, where
+from ..pointwise.expr import rounded
 
 aten = torch.ops.aten
 
@@ -28,7 +29,7 @@ def _scaled(rows: torch.Tensor, norms: torch.Tensor, max_norm: float) -> torch.T
     r, n = inputs(2)
     scale = rounded(max_norm / (n + 1e-7), rows.dtype)  # the CPU's in-place mul takes the scale in the row dtype
     expr = r * where(n.gt(max_norm), scale, 1.0)
-    return run("embedding_renorm_", formula, rows, norms, expr=expr.node, out_dtype=_DT[rows.dtype])[0]
+    return run("embedding_renorm_", formula, rows, norms, expr=expr.node, out_dtype=TORCH_TO_DTYPE[rows.dtype])[0]
 
 
 @impl("embedding_renorm_")

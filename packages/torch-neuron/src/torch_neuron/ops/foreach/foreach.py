@@ -19,13 +19,12 @@ import torch
 
 from neuron_kernels.errors import KernelError
 from neuron_kernels.library import elementwise as ew
+from neuron_kernels.library.formula import act, foreach_formula, inputs
 
+from ..core.dtypes import FLOATS
 from ..core.launch import execute, prepared, run
 from ..core.registry import impl
 from ..pointwise.base import scalar_to
-from ..pointwise.expr import act, foreach_formula, inputs
-
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
 # -- checks torch makes, and whether the kernels take the call -----------------------------------------
@@ -47,7 +46,7 @@ def _native(lists, scalars=()) -> bool:
         return False
     for ts in lists:
         for t, t0 in zip(ts, first):
-            if t.device != device or t.dtype not in _FLOATS or t.dtype != t0.dtype or t.shape != t0.shape:
+            if t.device != device or t.dtype not in FLOATS or t.dtype != t0.dtype or t.shape != t0.shape:
                 return False
     return True
 
@@ -206,7 +205,7 @@ def _binary(kernel, alpha_kernel=None, rounds=False):
 
     def with_tensor(self, other, alpha=1):
         _check(self)
-        if other.dim() != 0 or other.dtype not in (*_FLOATS, torch.float64) or alpha != 1:
+        if other.dim() != 0 or other.dtype not in (*FLOATS, torch.float64) or alpha != 1:
             return None
         if other.dtype != self[0].dtype and any(t.dim() == 0 for t in self):
             return None  # a 0-d tensor promotes with the 0-d operand (per-tensor op gives that dtype)

@@ -19,15 +19,14 @@ from neuron_kernels.library import optim as kopt
 
 from ...fallback import on_fallback
 from ..core.copy import write_contiguous
+from ..core.dtypes import FLOATS
 from ..core.fallback import arguments
 from ..core.launch import run
 from ..core.registry import impl
 
-_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-
 
 def _native(lists) -> bool:
-    return all(t.device.type == "neuron" and t.dtype in _FLOATS for ts in lists for t in ts)
+    return all(t.device.type == "neuron" and t.dtype in FLOATS for ts in lists for t in ts)
 
 
 def _scalar(v) -> float:

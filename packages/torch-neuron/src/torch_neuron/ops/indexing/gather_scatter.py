@@ -25,8 +25,9 @@ from neuron_kernels.library import reduce as red
 
 from ..core.checks import arange32, full, meta_result, same_device
 from ..core.copy import to_host
+from ..core.dtypes import device_dtype
 from ..core.fallback import on_cpu
-from ..core.launch import device_dtype, run
+from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, write_out
 from ..tensor.shape import copy_into, movable

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ..core.dtypes import device_dtype
 from ..core.fallback import on_cpu
-from ..core.launch import device_dtype
 from ..core.registry import impl
 from ..core.variants import write_out
 

@@ -25,21 +25,20 @@ from neuron_hal import DType
 from neuron_kernels.library import embedding as emb
 from neuron_kernels.library import movement
 from neuron_kernels.library import reduce as red
+from neuron_kernels.library.formula import formula, inputs, maximum, minimum, where
 
 from ..core.checks import full, meta_result, same_device
+from ..core.dtypes import FLOATS, TORCH_TO_DTYPE
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, write_out
-from ..pointwise.expr import formula, inputs, maximum, minimum, where
 from ..sorting.rank import positions
 from ..tensor.shape import copy_into
 from .gather_scatter import _scatter, addable, index32
 
 aten = torch.ops.aten
 F32 = DType.float32
-_DT = {torch.float32: DType.float32, torch.bfloat16: DType.bfloat16, torch.float16: DType.float16}
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 DENSE_MAX = 1 << 26  # one-hot product elements per call (beyond: CPU)
 CHUNK = 1 << 22  # product elements per launch (16 MiB of FP32)
 _IDENTITY = {"amax": -math.inf, "amin": math.inf, "prod": 1.0}
@@ -116,7 +115,7 @@ def reduce_region(op: str, xs, idx, src, reduce: str, include_self: bool) -> tor
     need_count = reduce in _SUMS[1:] or not include_self
     cnt = _counts(op, idx, (A, N, B), xs.device) if need_count else r  # (r: unused by the formula)
     expr = _combine_expr(reduce, include_self).node
-    return run(op, formula, xs, r, cnt, expr=expr, out_dtype=_DT[xs.dtype])[0]
+    return run(op, formula, xs, r, cnt, expr=expr, out_dtype=TORCH_TO_DTYPE[xs.dtype])[0]
 
 
 def native(x: torch.Tensor, reduce: str, targets: int, per_target: int, dense: int) -> bool:

@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..core.checks import constant, meta_result, same_device
-from ..core.compose import FLOATS
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.registry import impl
 

@@ -24,13 +24,13 @@ from neuron_kernels.library import matmul, movement
 from neuron_kernels.lru import LRU
 
 from ..core.checks import meta_result, out_dtype_error, same_device, zeros
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import CACHE_ENTRIES, execute, prepared, recall, run
 from ..core.registry import impl
 from ..core.variants import write_out
 
 aten = torch.ops.aten
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
 # -- operands --------------------------------------------------------------------------------------

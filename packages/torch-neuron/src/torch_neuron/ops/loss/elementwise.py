@@ -15,8 +15,9 @@ from neuron_kernels.library import elementwise as el
 from neuron_kernels.library import reduce
 
 from ..core.checks import same_device
-from ..core.compose import FLOATS, ew
+from ..core.compose import ew
 from ..core.copy import to_host
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

@@ -18,7 +18,8 @@ import torch
 from neuron_kernels.library import nll
 
 from ..core.checks import same_device
-from ..core.compose import FLOATS, write_outs
+from ..core.compose import write_outs
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run_indexed
 from ..core.registry import impl

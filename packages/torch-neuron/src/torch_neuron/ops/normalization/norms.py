@@ -15,7 +15,8 @@ import torch
 from neuron_kernels.library import movement, norms
 
 from ..core.checks import same_device
-from ..core.compose import FLOATS, const, write_outs
+from ..core.compose import const, write_outs
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

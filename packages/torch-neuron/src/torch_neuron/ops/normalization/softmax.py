@@ -13,7 +13,7 @@ from neuron_kernels.library import movement
 from neuron_kernels.library import softmax as sm
 
 from ..core.checks import same_device
-from ..core.compose import FLOATS
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

@@ -15,9 +15,11 @@ import numpy as np
 import torch
 
 from neuron_kernels.library import elementwise as ew
+from neuron_kernels.library.formula import Expr, abs_, act, fmod, inputs, node_of, where
 
-from .base import FLOATS, INTS, Raw, dynamic, pointwise, scalar_to
-from .expr import Expr, abs_, act, call, fmod, inputs, node_of, rounded, where
+from ..core.dtypes import FLOATS
+from .base import INTS, Raw, dynamic, pointwise, scalar_to
+from .expr import call, rounded
 
 
 def _floats(plan, *args, **kwargs) -> bool:

@@ -29,6 +29,7 @@ from torch._prims_common.wrappers import _maybe_resize_out
 from neuron_kernels.errors import KernelError
 from neuron_kernels.lru import LRU
 
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import _key_part, execute, prepared, remembered
 from ..core.registry import impl
@@ -36,7 +37,6 @@ from ..core.variants import check_cast
 
 COMPUTE = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.int16,
                      torch.int32, torch.bool})
-FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16})
 INTS = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32})
 _WIDE_INTS = frozenset({torch.int64, torch.uint16, torch.uint32, torch.uint64})
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 
-from .expr import abs_, act, where
+from neuron_kernels.library.formula import abs_, act, where
+
 from .special import _EULER_GAMMA, _INF, _NAN, _PIO4, neg, poly, register_unary
 
 # -- Bessel ---------------------------------------------------------------------------------------------------

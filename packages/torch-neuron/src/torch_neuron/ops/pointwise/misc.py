@@ -15,11 +15,13 @@ import torch
 
 from neuron_kernels.library import elementwise as ew
 from neuron_kernels.library import movement
+from neuron_kernels.library.formula import abs_, act, inputs, maximum, minimum, where
 
 from ..core.checks import same_device
+from ..core.dtypes import FLOATS
 from ..core.registry import impl
-from .base import FLOATS, INTS, Raw, dynamic, pointwise
-from .expr import abs_, act, call, inputs, maximum, minimum, where
+from .base import INTS, Raw, dynamic, pointwise
+from .expr import call
 
 _INF = math.inf
 

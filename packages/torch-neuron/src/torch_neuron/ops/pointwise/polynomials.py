@@ -6,7 +6,7 @@ out-of-range values become negative: result 0), select special values (``n < 0``
 use a closed form for the Chebyshev kinds at larger ``n`` inside the interval (``cos(n acos x)``, ...) and else run a
 three-term recurrence up to ``n``. The same branches are taken here, per element, in the same order.
 
-A formula (pointwise.expr) has no loops, so the recurrence is unrolled: the host reads the largest degree any element
+A library formula has no loops, so the recurrence is unrolled: the host reads the largest degree any element
 runs the recurrence for (one small formula, a max and a device-to-host read; free for a Python ``n``), rounds the step
 count up to a power of two (a few traces per kind) and the kernel runs that many steps, each masked to the elements
 whose degree reaches it. Above ``_MAX_STEPS`` steps the call takes the CPU path (loudly): the program would grow
@@ -29,14 +29,20 @@ import math
 
 import torch
 
-from neuron_hal import DType
-from neuron_kernels import isa as nisa
-from neuron_kernels.errors import KernelError
-from neuron_kernels.jit import kernel
-from neuron_kernels.library import elementwise as ew
+from neuron_kernels.library.formula import (
+    Expr,
+    Recurrence,
+    abs_,
+    act,
+    define_recurrence,
+    fmod,
+    inputs,
+    polynomial,
+    where,
+)
 
 from .base import launch, pointwise, prep
-from .expr import F32, Expr, _count, _Eval, abs_, act, call_named, fmod, inputs, where
+from .expr import call_named
 from .special import _float32_result, acos
 
 _MAX_STEPS = 128  # unrolled recurrence steps at most (power of two); more: CPU
@@ -206,7 +212,7 @@ def degrees(kind: Kind) -> Expr:
     return _fold([(c, 0.0) for c, _ in _all_branches(kind, x, nt)], nt)
 
 
-# -- the kernel -----------------------------------------------------------------------------------------------------
+# -- the recurrence the library's polynomial kernel runs --------------------------------------------------------------
 _X, _NT, _P, _Q, _A, _AH, _AL = inputs(7)  # the step formulas' inputs (x, degree, p, q, coefficient and its split)
 
 
@@ -217,59 +223,13 @@ def _step_exprs(kind: Kind, j: int) -> tuple[Expr, Expr]:
     return where(on, _Q, _P), where(on, r, _Q)
 
 
-class _Pool:
-    """Scratch tiles for the recurrence steps: step j evaluates into pool j % 2, reusing its tiles from step j - 2
-    (whose values are dead by then: a step reads only the previous step's p and q). Thousands of single-use tiles
-    would cost the tile allocator more than the whole trace otherwise."""
-
-    def __init__(self, ctx):
-        self.ctx, self.tiles, self.used = ctx, [], 0
-
-    def reset(self) -> _Pool:
-        self.used = 0
-        return self
-
-    def tile(self, dtype):
-        if self.used == len(self.tiles):
-            self.tiles.append(self.ctx.tile(dtype))
-        t = self.tiles[self.used]
-        if t.dtype != DType.of(dtype):
-            raise KernelError(f"polynomial step scratch tile is {t.dtype}, wanted {dtype}")
-        self.used += 1
-        return t
-
-
-@kernel(name="pointwise_polynomial", tunables={"tile_bytes": ew.TILE_BYTES})
-def polynomial(x, n, key=None, steps=0, out_dtype=None, tile_bytes=ew.TILE_BYTES[0]):
-    """Polynomial ``key`` of x of degree n (broadcast), with ``steps`` masked recurrence steps."""
-    kind = _KINDS[key]
-    ops = [ew.operand(x, key, "x"), ew.operand(n, key, "n")]
-    shape = ew.broadcast_shapes(ops[0].shape, ops[1].shape, op=key)
+def _recurrence(kind: Kind) -> Recurrence:
+    """Kind as the library's recurrence: the degree, q at degree 1 and the coefficient (with its split) once per
+    element, then the masked steps and the branches over the result."""
     x0, n0 = inputs(2)
     coef = kind.coef(x0) if kind.coef else None
     pre = [truncated(n0), kind.init(x0)] + ([coef, *_split(coef)] if coef is not None else [])
-    final = _fold(_all_branches(kind, _X, _NT), _Q)
-    steps_of = [_step_exprs(kind, j) for j in range(1, steps + 1)]
-
-    def body(ctx, ins):
-        ev = _Eval(ctx, ins)  # one evaluator: the subexpressions pre's formulas share are computed once
-        nt, q, *a = [ev(e.node) for e in pre]
-        one = ctx.tile(F32)
-        nisa.memset(one, 1.0)
-        p = ew.val(one)
-        pools = (_Pool(ctx), _Pool(ctx))
-        for j, (new_p, new_q) in enumerate(steps_of):
-            ev = _Eval(pools[j % 2].reset(), [ins[0], nt, p, q, *a])
-            p, q = ev(new_p.node), ev(new_q.node)
-        out = ctx.tile(out_dtype)
-        _Eval(ctx, [ins[0], nt, p, q])(final.node, dst=out)
-        return [out]
-
-    temps = sum(_count(e.node, set()) for e in pre) + _count(final.node, set()) + 3
-    if steps_of:
-        seen: set = set()
-        temps += 2 * sum(_count(e.node, seen) for e in steps_of[-1])  # the two pools
-    return ew.run_elementwise(key, shape, ops, [out_dtype], body, tile_bytes, temps=temps)[0]
+    return Recurrence(pre, lambda j: _step_exprs(kind, j), _fold(_all_branches(kind, _X, _NT), _Q))
 
 
 # -- registration ---------------------------------------------------------------------------------------------------
@@ -316,4 +276,5 @@ def _register(op: str):
 
 
 for _op in _KINDS:
+    define_recurrence(_op, _recurrence(_KINDS[_op]))
     _register(_op)

@@ -16,10 +16,13 @@ import math
 
 import torch
 
+from neuron_kernels.library.formula import Expr, abs_, act, fmod, inputs, maximum, minimum, where
+
+from ..core.dtypes import FLOATS
 from ..core.registry import impl
 from ..core.variants import check_cast
-from .base import FLOATS, pointwise
-from .expr import Expr, abs_, act, call_named, fmod, inputs, maximum, minimum, where
+from .base import pointwise
+from .expr import call_named
 
 _INF, _NAN = math.inf, math.nan
 _PI, _PIO2, _PIO4 = math.pi, math.pi / 2, math.pi / 4

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..core.checks import meta_result, same_device
-from ..core.compose import FLOATS, write_outs
+from ..core.compose import write_outs
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.registry import impl
 from ..core.variants import write_out

@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from neuron_kernels.library import elementwise, movement, reduce
 
 from ..core.checks import constant, meta_result, same_device
-from ..core.compose import FLOATS, ew, index32
+from ..core.compose import ew, index32
 from ..core.copy import to_host
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

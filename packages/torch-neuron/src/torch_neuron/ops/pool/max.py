@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from neuron_kernels.library import elementwise, movement, reduce
 
 from ..core.checks import constant, in_layout, meta_result, same_device
-from ..core.compose import FLOATS, ew, write_outs
+from ..core.compose import ew, write_outs
 from ..core.copy import to_host
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

@@ -30,8 +30,9 @@ from neuron_kernels.library import random as rk
 
 from ...random import reserve
 from ..core.checks import same_device
-from ..core.compose import FLOATS, ew, write_outs
+from ..core.compose import ew, write_outs
 from ..core.copy import to_host, write_contiguous
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run, run_into
 from ..core.registry import impl

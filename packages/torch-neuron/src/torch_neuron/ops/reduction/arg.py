@@ -14,8 +14,9 @@ import torch
 
 from neuron_kernels.library import elementwise, reduce
 
-from ..core.compose import FLOATS, ew, write_outs
+from ..core.compose import ew, write_outs
 from ..core.copy import to_host
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

@@ -16,13 +16,14 @@ import math
 import torch
 
 from neuron_kernels.library import elementwise, float_bits, movement, reduce
+from neuron_kernels.library.formula import formula, inputs, where
 
-from ..core.compose import FLOATS, const, ew, write_outs
+from ..core.compose import const, ew, write_outs
+from ..core.dtypes import FLOATS, device_dtype
 from ..core.fallback import on_cpu
-from ..core.launch import device_dtype, run
+from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, out_variant
-from ..pointwise.expr import formula, inputs, where
 from .sums import ORDERED, cast_to, mean_dim, plan
 
 aten = torch.ops.aten

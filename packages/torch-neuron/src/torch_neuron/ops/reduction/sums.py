@@ -21,7 +21,8 @@ import torch
 
 from neuron_kernels.library import elementwise, movement, reduce
 
-from ..core.compose import FLOATS, const, ew, write_outs
+from ..core.compose import const, ew, write_outs
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

@@ -19,7 +19,7 @@ from neuron_kernels.library import movement
 
 from ..core import decomp
 from ..core.checks import meta_result, same_device
-from ..core.compose import FLOATS
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl

@@ -17,14 +17,14 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import movement
+from neuron_kernels.library.formula import formula, inputs
 
 from ..core.checks import constant, meta_result, same_device
-from ..core.compose import FLOATS
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl, note_native
 from ..core.variants import contig, write_out
-from ..pointwise.expr import formula, inputs
 from .upsample_backward import _taps
 
 aten = torch.ops.aten

@@ -23,13 +23,13 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import movement, reduce
+from neuron_kernels.library.formula import formula, inputs, where
 
 from ..core.checks import constant
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl, note_native
 from ..core.variants import contig, write_out
-from ..pointwise.expr import formula, inputs, where
 
 aten = torch.ops.aten
 CUBIC_A = -0.75

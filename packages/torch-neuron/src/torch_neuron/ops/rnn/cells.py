@@ -19,15 +19,14 @@ import operator
 
 import torch
 
-from neuron_hal import DType
+from neuron_kernels.library.formula import act, formula, inputs, where
 
 from ..core.checks import same_device
+from ..core.dtypes import FLOATS, TORCH_TO_DTYPE
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig
-from ..pointwise.expr import act, formula, inputs, where
 
-_DT = {torch.float32: DType.float32, torch.bfloat16: DType.bfloat16, torch.float16: DType.float16}
 _ALU = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul}
 _ACT = {"sigmoid": torch.sigmoid, "tanh": torch.tanh}
 
@@ -49,9 +48,9 @@ def _eval(node, ts):
 def _f(op, e, *tensors):
     """Formula ``e`` over ``tensors`` (broadcast), in the first tensor's dtype."""
     ts = [contig(t) for t in tensors]
-    if ts[0].dtype not in _DT:
+    if ts[0].dtype not in FLOATS:
         return _eval(e.node, ts)
-    return run(op, formula, *ts, expr=e.node, out_dtype=_DT[ts[0].dtype])[0]
+    return run(op, formula, *ts, expr=e.node, out_dtype=TORCH_TO_DTYPE[ts[0].dtype])[0]
 
 
 def _sig(x):

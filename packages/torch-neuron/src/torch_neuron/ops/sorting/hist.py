@@ -21,13 +21,14 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import movement, reduce
+from neuron_kernels.library.formula import fmod, formula, inputs, minimum, where
 
 from ..core.copy import to_host
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, write_out
-from ..pointwise.expr import fmod, formula, inputs, minimum, rounded, where
+from ..pointwise.expr import rounded
 
 aten = torch.ops.aten
 EXACT_COUNT = {torch.float32: 2**24, torch.bfloat16: 256, torch.float16: 2048}

@@ -12,7 +12,8 @@ import torch
 from neuron_kernels.library import sort as network
 
 from ...runtime import runtime
-from ..core.launch import TORCH_TO_DTYPE, run
+from ..core.dtypes import TORCH_TO_DTYPE
+from ..core.launch import run
 
 SMALL_INTS = (torch.bool, torch.uint8, torch.int8, torch.int16)
 SORTABLE = (torch.float32, torch.bfloat16, torch.float16, *SMALL_INTS, torch.int32, torch.int64)

@@ -21,13 +21,14 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import elementwise, movement, reduce
+from neuron_kernels.library.formula import abs_, act, formula, inputs, where
 
-from ..core.compose import FLOATS, ew
+from ..core.compose import ew
+from ..core.dtypes import FLOATS, device_dtype
 from ..core.fallback import on_cpu
-from ..core.launch import device_dtype, run
+from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, write_out
-from ..pointwise.expr import abs_, act, formula, inputs, where
 from .rank import SCAN_MAX, positions, row_blocks, to_int64
 from .sort import rows_of, unrows, wrap_dim
 

@@ -14,13 +14,14 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import elementwise, movement, reduce
+from neuron_kernels.library.formula import fmod, formula, inputs, where
 
-from ..core.compose import FLOATS, ew, index32
+from ..core.compose import ew, index32
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, write_out
-from ..pointwise.expr import fmod, formula, inputs, where
 from .rank import CHUNK
 
 aten = torch.ops.aten

@@ -18,13 +18,14 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import elementwise, movement, reduce
+from neuron_kernels.library.formula import formula, inputs, maximum, where
 
-from ..core.compose import FLOATS, ew, index32, write_outs
+from ..core.compose import ew, index32, write_outs
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, out_variant
-from ..pointwise.expr import formula, inputs, maximum, where
 from .network import SORTABLE, sort_rows, sortable
 from .rank import MAX_ROW, blocks, iota, join, to_int64
 

@@ -19,14 +19,15 @@ import torch
 
 from neuron_hal import DType
 from neuron_kernels.library import elementwise, movement, reduce
+from neuron_kernels.library.formula import formula, inputs
 
-from ..core.compose import FLOATS, ew, index32
+from ..core.compose import ew, index32
 from ..core.copy import to_host
+from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig
-from ..pointwise.expr import formula, inputs
 from .network import SORTABLE, sort_rows, sortable
 from .rank import CHUNK, MAX_ROW, int_compares, iota, positions, to_int64
 

@@ -17,8 +17,9 @@ from neuron_kernels.library import movement
 
 from ..core.checks import constant, full, meta_result, same_device, upload
 from ..core.copy import storage_span
+from ..core.dtypes import device_dtype
 from ..core.fallback import on_cpu
-from ..core.launch import device_dtype, run
+from ..core.launch import run
 from ..core.registry import impl
 from ..core.variants import contig, write_out
 
