@@ -45,7 +45,6 @@ from ..core.checks import constant, in_layout, meta_result, same_device
 from ..core.copy import storage_span
 from ..core.dtypes import FLOATS
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 from ..pointwise.base import is_non_overlapping_and_dense
 
@@ -103,7 +102,6 @@ def sdp_choice(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, e
     return OVERRIDEABLE if fused and (mask is None or not mask.requires_grad) else MATH
 
 
-@impl("_fused_sdp_choice")
 def fused_sdp_choice(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
     return sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
@@ -159,7 +157,6 @@ def _empty(device, dtype=torch.int64):
     return torch.empty(0, dtype=dtype, device=device)
 
 
-@impl("_scaled_dot_product_fused_attention_overrideable")
 def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
     same_device(q, k, v, attn_bias)
     wide = not _fits(q, k, v, attn_bias, dropout_p, False) and _causal_wide(q, k, v, attn_bias, dropout_p, is_causal)
@@ -190,7 +187,6 @@ def sdpa_forward(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return
     return out, lse, _empty(q.device), _empty(q.device), sq, skv, seed, seed, _empty(q.device, q.dtype)
 
 
-@impl("_scaled_dot_product_fused_attention_overrideable_backward")
 def sdpa_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
                   max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None, targets=None):
     """aten's fused SDPA backward; ``targets`` (compiled graphs): dq, dk, dv written into these tensors (views with

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from ..core.checks import same_device
-from ..core.registry import impl
 
 
 def _dense(op: str, t: torch.Tensor) -> None:
@@ -73,14 +72,12 @@ def attention(query, key, value, embed_dim: int, num_head: int, qkv_weight, qkv_
     return out, weights.mean(dim=1) if average_attn_weights else weights
 
 
-@impl("_native_multi_head_attention")
 def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias,
                                 mask=None, need_weights=True, average_attn_weights=True, mask_type=None):
     return attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask,
                      need_weights, average_attn_weights, mask_type)
 
 
-@impl("_transformer_encoder_layer_fwd")
 def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
                                   norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
                                   ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
@@ -100,7 +97,6 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
     return y if norm_first else norm(y, norm_weight_2, norm_bias_2)
 
 
-@impl("_nested_tensor_from_mask_left_aligned")
 def nested_tensor_from_mask_left_aligned(t, mask):
     """Whether each row of ``mask`` (True: a real token) is a prefix of Trues: nn.TransformerEncoder's check
     before it packs a padded batch into a nested tensor."""
@@ -112,7 +108,6 @@ def nested_tensor_from_mask_left_aligned(t, mask):
     return not bool((m[:, 1:] & ~m[:, :-1]).any().item())
 
 
-@impl("_nested_tensor_from_mask")
 def nested_tensor_from_mask(t, mask, mask_check=True):
     raise NotImplementedError(
         "nested tensors are not supported on neuron (nn.TransformerEncoder packs a padded batch into one on its "

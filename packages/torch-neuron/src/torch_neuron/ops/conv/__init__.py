@@ -4,5 +4,10 @@ from __future__ import annotations
 
 
 def register(lib) -> None:
-    """Register this family's ops: its modules register when imported, or through their ``register``."""
-    from . import convolution  # noqa: F401  (importing registers)
+    """Register the family's ops: each aten overload and its kernel, the bodies in the modules."""
+    from ..core.registry import impl
+    from .convolution import convolution, convolution_backward
+
+    # convolution.py
+    impl("convolution_overrideable")(convolution)
+    impl("convolution_backward_overrideable")(convolution_backward)

@@ -40,7 +40,6 @@ from ..core.checks import same_device, zeros
 from ..core.dtypes import FLOATS
 from ..core.fallback import arguments
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 from ..tensor.shape import copy_into
 
@@ -174,7 +173,6 @@ def _native(x, w, bias, transposed) -> bool:
     return x.dim() == 4 and x.dtype in FLOATS and w.dtype == x.dtype and (bias is None or bias.dtype == x.dtype)
 
 
-@impl("convolution_overrideable")
 def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
     args = (x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
     if not _native(x, w, bias, transposed) or x.numel() == 0 or w.numel() == 0:
@@ -212,7 +210,6 @@ def _backward(go, x, w, stride, padding, dilation, transposed, output_padding, g
     return gi, gw, gb
 
 
-@impl("convolution_backward_overrideable")
 def convolution_backward(go, x, w, stride, padding, dilation, transposed, output_padding, groups, output_mask):
     bias_sizes = [w.shape[1] * groups if transposed else w.shape[0]]
     args = (go, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask)

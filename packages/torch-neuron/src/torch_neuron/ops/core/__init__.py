@@ -6,6 +6,13 @@ from __future__ import annotations
 
 
 def register(lib) -> None:
-    """Register this family's ops: its modules register when imported, or through their ``register``."""
-    from . import copy
-    copy.register(lib)
+    """Register the family's ops: each aten overload and its kernel, the bodies in the modules."""
+    from .copy import copy_from, copy_from_and_resize, copy_from_and_resize_lazy, copy_from_lazy, local_scalar_dense
+
+    # copy.py
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
+    lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
+    for key in ("Conjugate", "Negative"):
+        lib.impl("_copy_from", copy_from_lazy, key)
+        lib.impl("_copy_from_and_resize", copy_from_and_resize_lazy, key)

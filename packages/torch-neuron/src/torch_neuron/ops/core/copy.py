@@ -226,12 +226,3 @@ def copy_from_and_resize_lazy(src: torch.Tensor, dst: torch.Tensor) -> torch.Ten
 
 def local_scalar_dense(t: torch.Tensor):
     return to_host(t).item()
-
-
-def register(lib) -> None:
-    lib.impl("_copy_from", copy_from, "PrivateUse1")
-    lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
-    lib.impl("_local_scalar_dense", local_scalar_dense, "PrivateUse1")
-    for key in ("Conjugate", "Negative"):
-        lib.impl("_copy_from", copy_from_lazy, key)
-        lib.impl("_copy_from_and_resize", copy_from_and_resize_lazy, key)

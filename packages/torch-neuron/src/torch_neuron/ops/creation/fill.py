@@ -23,8 +23,6 @@ from neuron_kernels.library.fill import arange_into, fill_pattern
 from ..core.copy import extent
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..pointwise.base import COMPUTE, pointwise
 from . import arange_double
 
 _WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
@@ -67,25 +65,21 @@ def fill_value(self: torch.Tensor, value) -> torch.Tensor:
     return self
 
 
-@impl("fill_.Scalar")
 def fill_scalar(self, value):
     return fill_value(self, value)
 
 
-@impl("fill_.Tensor")
 def fill_tensor(self, value):
     if value.dim() != 0:
         return on_cpu(torch.ops.aten.fill_.Tensor, self, value)  # torch's error
     return fill_value(self, value.item())
 
 
-@impl("zero_")
 def zero_(self):
     return fill_value(self, 0)
 
 
 # -- eye ---------------------------------------------------------------------------------------------------------
-@impl("eye.m_out")
 def eye_m_out(n, m, *, out):
     """aten's eye: ``out`` resized to [n, m], zeroed, its diagonal set to one. (torch's decomposition would
     compare aranges of uint16 for 256 <= max(n, m) < 65536, a dtype torch's arange does not take.)"""
@@ -98,7 +92,6 @@ def eye_m_out(n, m, *, out):
     return out
 
 
-@impl("eye.out")
 def eye_out(n, *, out):
     return eye_m_out(n, n, out=out)
 
@@ -112,8 +105,6 @@ def _masked_fill(plan, self, mask, value):
     return ew.where, (mask, value, self), {}
 
 
-pointwise("masked_fill", ["masked_fill.Scalar", "masked_fill.Tensor"], ["masked_fill_.Scalar", "masked_fill_.Tensor"],
-          [], promoted=(0,), supports=lambda plan, *a: plan.R in COMPUTE)(_masked_fill)
 
 
 # -- arange ------------------------------------------------------------------------------------------------------
@@ -155,7 +146,6 @@ def _dyadic(start, step, n: int, dtype: torch.dtype) -> tuple[int, int, int] | N
 # -- dyadic aranges (end) --
 
 
-@impl("arange.start_out")
 def arange_start_out(start, end, step=1, *, out):
     meta = torch.empty(out.shape, dtype=out.dtype, device="meta")
     torch.ops.aten.arange.start_out(start, end, step, out=meta)  # torch's checks and length

@@ -4,6 +4,22 @@ from __future__ import annotations
 
 
 def register(lib) -> None:
-    """Register this family's ops: its modules register when imported, or through their ``register``."""
-    from . import bag, lookup, renorm  # noqa: F401  (importing registers)
-    lookup.register(lib)
+    """Register the family's ops: each aten overload and its kernel, the bodies in the modules."""
+    from ..core.registry import impl
+    from ..core.variants import out_variant
+    from .bag import embedding_bag, embedding_bag_forward_only
+    from .lookup import embedding, embedding_dense_backward
+    from .renorm import embedding_renorm_
+
+    # bag.py
+    impl("_embedding_bag_forward_only")(embedding_bag_forward_only)
+    impl("_embedding_bag")(embedding_bag)
+
+    # lookup.py
+    impl("embedding")(embedding)
+    impl("embedding.out")(out_variant(embedding))
+    impl("embedding_dense_backward")(embedding_dense_backward)
+    impl("embedding_dense_backward.out")(out_variant(embedding_dense_backward))
+
+    # renorm.py
+    impl("embedding_renorm_")(embedding_renorm_)

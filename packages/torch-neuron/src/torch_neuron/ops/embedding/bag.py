@@ -29,7 +29,6 @@ from ..core.copy import to_host
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 from ..indexing.gather_scatter import index32
 from ..indexing.scatter_reduce import F32, native, reduce_region
@@ -97,7 +96,6 @@ def _bag_starts(offsets, n: int, last: bool) -> list[int] | None:
     return offs
 
 
-@impl("_embedding_bag_forward_only")
 def embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                                per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     args = (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset,
@@ -105,7 +103,6 @@ def embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=Fals
     return _embedding_bag(aten._embedding_bag_forward_only.default, args, False)
 
 
-@impl("_embedding_bag")
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
     """The same forward for autograd (its backward is separate ops); only sum's zero bag_size / max_indices

@@ -17,8 +17,7 @@ from ..core.compose import index32
 from ..core.dtypes import FLOATS, device_dtype
 from ..core.fallback import on_cpu
 from ..core.launch import run_indexed
-from ..core.registry import impl
-from ..core.variants import contig, out_variant
+from ..core.variants import contig
 
 aten = torch.ops.aten
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -49,10 +48,3 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     pad = None if padding_idx < 0 else int(padding_idx)
     return _checked("embedding_dense_backward", emb.embedding_backward, contig(grad_output),
                     index32(indices, "embedding_dense_backward"), int(num_weights), pad, bool(scale_grad_by_freq))
-
-
-def register(lib) -> None:
-    impl("embedding")(embedding)
-    impl("embedding.out")(out_variant(embedding))
-    impl("embedding_dense_backward")(embedding_dense_backward)
-    impl("embedding_dense_backward.out")(out_variant(embedding_dense_backward))

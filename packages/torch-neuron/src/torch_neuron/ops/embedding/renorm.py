@@ -19,7 +19,6 @@ from ..core.checks import same_device
 from ..core.dtypes import FLOATS, TORCH_TO_DTYPE
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..pointwise.expr import rounded
 
 aten = torch.ops.aten
@@ -32,7 +31,6 @@ def _scaled(rows: torch.Tensor, norms: torch.Tensor, max_norm: float) -> torch.T
     return run("embedding_renorm_", formula, rows, norms, expr=expr.node, out_dtype=TORCH_TO_DTYPE[rows.dtype])[0]
 
 
-@impl("embedding_renorm_")
 def embedding_renorm_(weight, indices, max_norm, norm_type):
     same_device(weight, indices)
     if weight.dim() != 2 or weight.dtype not in FLOATS or indices.dtype not in (torch.int32, torch.int64):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from ..core.checks import same_device
-from ..core.registry import impl
 
 
 def _non_finite(grads) -> bool:
@@ -21,7 +20,6 @@ def _non_finite(grads) -> bool:
     return bool(torch.stack(flags).any().item()) if flags else False
 
 
-@impl("_amp_foreach_non_finite_check_and_unscale_")
 def non_finite_check_and_unscale_(grads, found_inf, inv_scale):
     same_device(found_inf, inv_scale, *grads)
     if found_inf.numel() != 1 or inv_scale.numel() != 1:
@@ -36,7 +34,6 @@ def non_finite_check_and_unscale_(grads, found_inf, inv_scale):
         torch._foreach_mul_(group, scale)
 
 
-@impl("_amp_update_scale_")
 def update_scale_(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):
     same_device(scale, growth_tracker, found_inf)
     if found_inf.item():

@@ -22,7 +22,6 @@ from ..core.copy import write_contiguous
 from ..core.dtypes import FLOATS
 from ..core.fallback import arguments
 from ..core.launch import run
-from ..core.registry import impl
 
 
 def _native(lists) -> bool:
@@ -91,21 +90,18 @@ def _adam(name, step, decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_a
                 weight_decay=weight_decay != 0)
 
 
-@impl("_fused_adamw_", "_fused_adamw_.tensor_lr")
 def fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                  weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     _adam("_fused_adamw_", kopt.adamw_step, True, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
           state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
 
 
-@impl("_fused_adam_", "_fused_adam_.tensor_lr")
 def fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                 weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     _adam("_fused_adam_", kopt.adam_step, False, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
           state_steps, lr, beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
 
 
-@impl("_fused_sgd_", "_fused_sgd_.tensor_lr")
 def fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
                is_first_step, grad_scale=None, found_inf=None):
     if not params:

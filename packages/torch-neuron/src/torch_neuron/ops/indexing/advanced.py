@@ -22,7 +22,6 @@ from neuron_kernels.library import movement
 from ..core.checks import meta_result, same_device
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 from ..tensor.shape import copy_into, movable
 from .gather_scatter import _positions, addable, index32
@@ -126,7 +125,6 @@ def _result_shape(x, plan: _Plan) -> list[int]:
     return [*plan.shape, *rest]
 
 
-@impl("index.Tensor")
 def index(x, indices):
     if not _native(x, indices):
         return on_cpu(aten.index.Tensor, x, indices)
@@ -147,7 +145,6 @@ def index(x, indices):
     return got.view(x.dtype).view(shape)
 
 
-@impl("index.Tensor_out")
 def index_out(x, indices, *, out):
     return write_out(out, index(x, indices))
 
@@ -161,7 +158,6 @@ def _values_rows(values: torch.Tensor, x, plan: _Plan, shape) -> torch.Tensor:
     return contig(v).view(math.prod(plan.shape), -1)
 
 
-@impl("_index_put_impl_")
 def index_put_impl_(x, indices, values, accumulate=False, unsafe=False):
     if values.device.type == "cpu" and values.dim() == 0:
         values = values.to(x.device)  # a CPU scalar tensor is accepted, as on other devices

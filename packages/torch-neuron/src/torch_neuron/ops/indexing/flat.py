@@ -12,7 +12,6 @@ import torch
 
 from ..core.checks import same_device
 from ..core.fallback import on_cpu
-from ..core.registry import impl
 from .gather_scatter import index32
 
 aten = torch.ops.aten
@@ -24,7 +23,6 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.view(-1) if x.is_contiguous() else x.contiguous().view(-1)
 
 
-@impl("put_")
 def put_(x, index, source, accumulate=False):
     same_device(x, index, source)
     if x.dtype not in _NATIVE or source.dtype != x.dtype or index.dtype != torch.int64 or (
@@ -49,7 +47,6 @@ def put_(x, index, source, accumulate=False):
     return x
 
 
-@impl("masked_scatter_")
 def masked_scatter_(x, mask, source):
     same_device(x, mask, source)
     if x.dtype not in _NATIVE or source.dtype != x.dtype or mask.dtype != torch.bool or x.numel() >= 2**24:

@@ -87,7 +87,6 @@ def index32(op: str, index: torch.Tensor, size: int, dim: int = 0, wrap: bool = 
 
 
 # -- index_select / gather ---------------------------------------------------------------------------
-@impl("index_select")
 def index_select(x, dim, index):
     meta = meta_result(aten.index_select.default, x, dim, index)
     same_device(x, index)
@@ -104,14 +103,12 @@ def index_select(x, dim, index):
     return got.view(x.dtype).view(meta.shape)
 
 
-@impl("index_select.out")
 def index_select_out(x, dim, index, *, out):
     if out.dtype != x.dtype:
         raise RuntimeError("index_select(): self and result must have the same scalar type")
     return write_out(out, index_select(x, dim, index))
 
 
-@impl("gather")
 def gather(x, dim, index, *, sparse_grad=False):
     meta = meta_result(aten.gather.default, x, dim, index, sparse_grad=sparse_grad)
     same_device(x, index)
@@ -128,7 +125,6 @@ def gather(x, dim, index, *, sparse_grad=False):
     return got.view(x.dtype).view(meta.shape)
 
 
-@impl("gather.out")
 def gather_out(x, dim, index, *, sparse_grad=False, out):
     if out.dtype != x.dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {x.dtype}, but got {out.dtype} instead")
@@ -201,9 +197,6 @@ def _register_scatter(name: str, overload: str, src_name: str, add: bool) -> Non
     impl(f"{name}.{src_name}" if name == "scatter" else f"{name}.out")(fn_out)
 
 
-_register_scatter("scatter", "src", "src_out", False)
-_register_scatter("scatter", "value", "value_out", False)
-_register_scatter("scatter_add", "default", "out", True)
 
 
 # scatter(reduce=...), scatter_reduce and index_reduce: ops/scatter_reduce.py
@@ -255,7 +248,6 @@ def _nonzero_native(x) -> bool:
     return device_dtype(x.dtype) is not None and x.numel() < 2**31
 
 
-@impl("nonzero")
 def nonzero(x):
     if not _nonzero_native(x):
         return on_cpu(aten.nonzero.default, x)
@@ -267,14 +259,12 @@ def nonzero(x):
     return _coords("nonzero", pos, tuple(x.shape))
 
 
-@impl("nonzero.out")
 def nonzero_out(x, *, out):
     if out.dtype != torch.int64:
         raise RuntimeError(f"nonzero: Expected out tensor to have scalar type Long but got scalar type {out.dtype}")
     return write_out(out, nonzero(x))
 
 
-@impl("masked_select")
 def masked_select(x, mask):
     if mask.dtype != torch.bool:
         raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
@@ -292,6 +282,5 @@ def masked_select(x, mask):
     return run("masked_select", movement.index_select, flat, 0, pos)[0].view(x.dtype)
 
 
-@impl("masked_select.out")
 def masked_select_out(x, mask, *, out):
     return write_out(out, masked_select(x, mask))

@@ -9,7 +9,6 @@ import torch
 
 from ..core.dtypes import device_dtype
 from ..core.fallback import on_cpu
-from ..core.registry import impl
 from ..core.variants import write_out
 
 aten = torch.ops.aten
@@ -31,11 +30,7 @@ def nonzero_static(self, *, size, fill_value=-1):
     return result
 
 
-@impl("nonzero_static.out")
 def nonzero_static_out(self, *, size, fill_value=-1, out):
     if out.dtype != torch.int64:
         return on_cpu(aten.nonzero_static.out, self, size=size, fill_value=fill_value, out=out)  # torch's error
     return write_out(out, nonzero_static(self, size=size, fill_value=fill_value))
-
-
-impl("nonzero_static")(nonzero_static)

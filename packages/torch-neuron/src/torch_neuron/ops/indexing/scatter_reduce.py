@@ -167,7 +167,6 @@ def _clone(op: str, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@impl("scatter_reduce.two")
 def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     """reduce="sum" on float32 or an integer dtype is one scatter_add (exact integers; without include_self
     the targets are zeroed first by a scatter of 0); the rest as the module docstring says."""
@@ -179,12 +178,10 @@ def scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     return scatter_reduce_dense("scatter_reduce", overload, x, dim, index, src, reduce, include_self)
 
 
-@impl("scatter_reduce.two_out")
 def scatter_reduce_out(x, dim, index, src, reduce, *, include_self=True, out):
     return write_out(out, scatter_reduce(x, dim, index, src, reduce, include_self=include_self))
 
 
-@impl("scatter_reduce_.two")
 def scatter_reduce_(x, dim, index, src, reduce, *, include_self=True):
     return x.copy_(scatter_reduce(x, dim, index, src, reduce, include_self=include_self))
 
@@ -222,8 +219,6 @@ def _register_scatter_with(overload: str) -> None:
     impl(f"scatter.{overload}_out")(fn_out)
 
 
-_register_scatter_with("reduce")
-_register_scatter_with("value_reduce")
 
 
 # -- index_reduce ------------------------------------------------------------------------------------------
@@ -246,16 +241,13 @@ def index_reduce(x, dim, index, source, reduce, include_self=True):
     return reduce_region(op, xs, idx.view(1, -1, 1), src, reduce, include_self).view(x.shape)
 
 
-@impl("index_reduce")
 def index_reduce_functional(x, dim, index, source, reduce, *, include_self=True):
     return index_reduce(x, dim, index, source, reduce, include_self)
 
 
-@impl("index_reduce_")
 def index_reduce_(x, dim, index, source, reduce, *, include_self=True):
     return x.copy_(index_reduce(x, dim, index, source, reduce, include_self))
 
 
-@impl("index_reduce.out")
 def index_reduce_out(x, dim, index, source, reduce, *, include_self=True, out):
     return write_out(out, index_reduce(x, dim, index, source, reduce, include_self))

@@ -20,7 +20,6 @@ from ..core.checks import constant, full, meta_result, same_device
 from ..core.copy import to_host
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 from ..tensor.shape import copy_into, movable
 from .gather_scatter import _scalar_src, addable, index32
@@ -69,7 +68,6 @@ def _scatter_along(op: str, x, dim, index, src, add: bool, error, message=None) 
 
 
 # -- index_add ---------------------------------------------------------------------------------------
-@impl("index_add.out")
 def index_add_out(x, dim, index, source, *, alpha=1, out):
     meta_result(aten.index_add.default, x, dim, index, source, alpha=alpha)
     same_device(x, index, source)
@@ -81,7 +79,6 @@ def index_add_out(x, dim, index, source, *, alpha=1, out):
 
 
 # -- index_copy --------------------------------------------------------------------------------------
-@impl("index_copy.out")
 def index_copy_out(x, dim, index, source, *, out):
     meta_result(aten.index_copy.default, x, dim, index, source)
     same_device(x, index, source)
@@ -109,7 +106,6 @@ def _fill_native(x, index) -> bool:
     return _native(x, movable(x.dtype))
 
 
-@impl("index_fill_.int_Scalar")
 def index_fill_scalar_(x, dim, index, value):
     meta_result(aten.index_fill_.int_Scalar, x, dim, index, value)
     if not _fill_native(x, index):
@@ -117,7 +113,6 @@ def index_fill_scalar_(x, dim, index, value):
     return x.copy_(_index_fill(x, dim, index, value))
 
 
-@impl("index_fill_.int_Tensor")
 def index_fill_tensor_(x, dim, index, value):
     meta_result(aten.index_fill_.int_Tensor, x, dim, index, value)
     if not _fill_native(x, index):
@@ -126,7 +121,6 @@ def index_fill_tensor_(x, dim, index, value):
 
 
 # -- take ----------------------------------------------------------------------------------------------
-@impl("take")
 def take(x, index):
     meta = meta_result(aten.take.default, x, index)
     same_device(x, index)
@@ -142,7 +136,6 @@ def take(x, index):
     return got.view(x.dtype).view(meta.shape)
 
 
-@impl("take.out")
 def take_out(x, index, *, out):
     return write_out(out, take(x, index))
 
@@ -152,7 +145,6 @@ def _skip_first(n: int, device) -> torch.Tensor:
     return constant(("skip_first32", n), device, lambda: (torch.arange(n) > 0).to(torch.int32))
 
 
-@impl("repeat_interleave.Tensor")
 def repeat_interleave(repeats, *, output_size=None):
     """[0] * r0 + [1] * r1 + ...: the output index p is the number of i >= 1 whose run starts at or before
     p, so marks at the run starts (scatter_add of [0, 1, 1, ...] at the exclusive prefix sums; runs of

@@ -17,7 +17,7 @@ import torch
 from ..core.checks import constant, meta_result, same_device
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 
 aten = torch.ops.aten
 BLOCK = 32  # diagonal blocks up to this size are factored/solved by rows or columns, larger ones are split
@@ -112,7 +112,6 @@ def _cholesky(a: torch.Tensor, upper: bool):
     return fac.reshape(a.shape), info.reshape(batch)
 
 
-@impl("linalg_cholesky_ex")
 def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
     meta_result(aten.linalg_cholesky_ex.default, a, upper=upper, check_errors=check_errors)
     if not native(a):
@@ -123,12 +122,10 @@ def linalg_cholesky_ex(a, *, upper=False, check_errors=False):
     return fac, info
 
 
-@impl("linalg_cholesky_ex.L")
 def linalg_cholesky_ex_out(a, *, upper=False, check_errors=False, L, info):
     return write_outs((L, info), linalg_cholesky_ex(a, upper=upper, check_errors=check_errors))
 
 
-@impl("cholesky")
 def cholesky(a, upper=False):
     meta_result(aten.cholesky.default, a, upper)
     if not native(a):
@@ -138,7 +135,6 @@ def cholesky(a, upper=False):
     return fac
 
 
-@impl("cholesky.out")
 def cholesky_out(a, upper=False, *, out):
     return write_outs((out,), (cholesky(a, upper),))[0]
 
@@ -187,7 +183,6 @@ def solve_triangular(a, b, upper: bool, left: bool, unit: bool, shape) -> torch.
     return (x if left else x.mT).reshape(shape)
 
 
-@impl("linalg_solve_triangular")
 def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
     kw = dict(upper=upper, left=left, unitriangular=unitriangular)
     meta = meta_result(aten.linalg_solve_triangular.default, a, b, **kw)
@@ -199,12 +194,10 @@ def linalg_solve_triangular(a, b, *, upper, left=True, unitriangular=False):
     return solve_triangular(a, b, upper, left, unitriangular, meta.shape)
 
 
-@impl("linalg_solve_triangular.out")
 def linalg_solve_triangular_out(a, b, *, upper, left=True, unitriangular=False, out):
     return write_outs((out,), (linalg_solve_triangular(a, b, upper=upper, left=left, unitriangular=unitriangular),))[0]
 
 
-@impl("triangular_solve")
 def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
     """(X, copy of A broadcast) with op(A) X = B, op(A) = A^T when ``transpose`` (the older API)."""
     meta_x, meta_a = meta_result(aten.triangular_solve.default, b, a, upper, transpose, unitriangular)
@@ -218,6 +211,5 @@ def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
     return solve_triangular(op_a, b, op_upper, True, unitriangular, meta_x.shape), coef
 
 
-@impl("triangular_solve.X")
 def triangular_solve_out(b, a, upper=True, transpose=False, unitriangular=False, *, X, M):
     return write_outs((X, M), triangular_solve(b, a, upper, transpose, unitriangular))

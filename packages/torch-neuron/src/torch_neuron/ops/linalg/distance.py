@@ -17,7 +17,6 @@ import torch
 from ..core.checks import constant, meta_result, same_device
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
-from ..core.registry import impl
 
 aten = torch.ops.aten
 _BLOCK = 1 << 24
@@ -44,7 +43,6 @@ def _pairwise(a: torch.Tensor, b: torch.Tensor, p: float) -> torch.Tensor:
     return torch.cat([_norm(a[:, i:i + rows], b, p) for i in range(0, a.shape[1], rows)], 1)
 
 
-@impl("_cdist_forward")
 def cdist_forward(x1, x2, p, compute_mode=None):
     result = meta_result(aten._cdist_forward.default, x1, x2, p, compute_mode)
     same_device(x1, x2)
@@ -74,7 +72,6 @@ def _upper(n: int, device) -> torch.Tensor:
     return constant(("pdist_upper", n), device, build)
 
 
-@impl("_pdist_forward")
 def pdist_forward(x, p=2.0):
     result = meta_result(aten._pdist_forward.default, x, p)
     if x.dtype not in FLOATS:

@@ -17,7 +17,7 @@ import torch
 from ..core.checks import constant, meta_result
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 from .cholesky import batched, eye, native
 from .qr import geqrf_batched, householder_product_batched
 
@@ -131,7 +131,6 @@ def eigh_batched(a: torch.Tensor, lower: bool, vectors: bool):
     return d, (vecs[0] if vectors else None)
 
 
-@impl("_linalg_eigh")
 def linalg_eigh(a, UPLO="L", compute_v=True):
     mvals, mvecs = meta_result(aten._linalg_eigh.default, a, UPLO, compute_v)
     if not native(a) or not _finite(a):
@@ -145,7 +144,6 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
     return d.reshape(mvals.shape), (v.reshape(mvecs.shape) if compute_v else torch.zeros(mvecs.shape, device=dev))
 
 
-@impl("_linalg_eigh.eigenvalues")
 def linalg_eigh_out(a, UPLO="L", compute_v=True, *, eigenvalues, eigenvectors):
     return write_outs((eigenvalues, eigenvectors), linalg_eigh(a, UPLO, compute_v))
 
@@ -181,7 +179,6 @@ def svd_batched(a: torch.Tensor, full: bool, compute_uv: bool):
     return cols, s, v
 
 
-@impl("_linalg_svd")
 def linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
     mu, ms, mvh = meta_result(aten._linalg_svd.default, a, full_matrices, compute_uv, driver=driver)
     if not native(a) or not _finite(a):
@@ -204,6 +201,5 @@ def linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
     return u.reshape(mu.shape), s.reshape(ms.shape), vh.reshape(mvh.shape)
 
 
-@impl("_linalg_svd.U")
 def linalg_svd_out(a, full_matrices=False, compute_uv=True, driver=None, *, U, S, Vh):
     return write_outs((U, S, Vh), linalg_svd(a, full_matrices, compute_uv, driver=driver))

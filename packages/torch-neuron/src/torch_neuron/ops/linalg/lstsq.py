@@ -16,7 +16,7 @@ import torch
 
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 from .cholesky import batched, native, solve_tri
 from .eig import svd_batched
 from .qr import apply_q, geqrf_batched
@@ -95,7 +95,6 @@ def _lstsq(a, b, rcond, driver, plan):
     return (x.squeeze(-1) if vector else x), resid, rank, svals
 
 
-@impl("linalg_lstsq")
 def linalg_lstsq(a, b, rcond=None, *, driver=None):
     drv = "gelsy" if driver is None else driver
     plan = _plan(a, b, drv)
@@ -105,6 +104,5 @@ def linalg_lstsq(a, b, rcond=None, *, driver=None):
     return _lstsq(a, b, rcond, drv, plan)
 
 
-@impl("linalg_lstsq.out")
 def linalg_lstsq_out(a, b, rcond=None, *, driver=None, solution, residuals, rank, singular_values):
     return write_outs((solution, residuals, rank, singular_values), linalg_lstsq(a, b, rcond, driver=driver))

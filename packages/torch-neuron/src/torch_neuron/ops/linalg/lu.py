@@ -18,7 +18,7 @@ import torch
 from ..core.checks import arange32, constant, meta_result
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 from .cholesky import BLOCK, batched, eye, first_failure, flat, native, solve_tri
 
 aten = torch.ops.aten
@@ -90,7 +90,6 @@ def _factor(a: torch.Tensor):
     return w.reshape(a.shape), piv.reshape(*batch, k), info.reshape(batch)
 
 
-@impl("linalg_lu_factor_ex")
 def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
     kw = dict(pivot=pivot, check_errors=check_errors)
     meta_result(aten.linalg_lu_factor_ex.default, a, **kw)
@@ -103,7 +102,6 @@ def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
     return lu, piv, info
 
 
-@impl("linalg_lu_factor_ex.out")
 def linalg_lu_factor_ex_out(a, *, pivot=True, check_errors=False, LU, pivots, info):
     return write_outs((LU, pivots, info), linalg_lu_factor_ex(a, pivot=pivot, check_errors=check_errors))
 
@@ -147,7 +145,6 @@ def _unpack(lu: torch.Tensor, piv: torch.Tensor, data: bool, pivots: bool, metas
                  for t, meta in zip((p, l_mat, u_mat), metas))
 
 
-@impl("lu_unpack")
 def lu_unpack(lu, piv, unpack_data=True, unpack_pivots=True):
     metas = meta_result(aten.lu_unpack.default, lu, piv, unpack_data, unpack_pivots)
     if not native(lu) or piv.dtype != torch.int32:
@@ -156,12 +153,10 @@ def lu_unpack(lu, piv, unpack_data=True, unpack_pivots=True):
     return _unpack(lu, piv, unpack_data, unpack_pivots, metas)
 
 
-@impl("lu_unpack.out")
 def lu_unpack_out(lu, piv, unpack_data=True, unpack_pivots=True, *, P, L, U):
     return write_outs((P, L, U), lu_unpack(lu, piv, unpack_data, unpack_pivots))
 
 
-@impl("linalg_lu")
 def linalg_lu(a, *, pivot=True):
     metas = meta_result(aten.linalg_lu.default, a, pivot=pivot)
     if not (native(a) and pivot):
@@ -171,6 +166,5 @@ def linalg_lu(a, *, pivot=True):
     return _unpack(lu, piv, True, True, metas)
 
 
-@impl("linalg_lu.out")
 def linalg_lu_out(a, *, pivot=True, P, L, U):
     return write_outs((P, L, U), linalg_lu(a, pivot=pivot))

@@ -27,7 +27,6 @@ from ..core.checks import meta_result, out_dtype_error, same_device, zeros
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import CACHE_ENTRIES, execute, prepared, recall, run
-from ..core.registry import impl
 from ..core.variants import write_out
 
 aten = torch.ops.aten
@@ -197,7 +196,6 @@ def _strict_out(overload, out: torch.Tensor, result: torch.Tensor, *args, **kwar
 
 
 # -- mm / bmm ----------------------------------------------------------------------------------------
-@impl("mm")
 def mm(a, b):
     hit = _fast("mm", (a, b))
     if hit is not None:
@@ -208,12 +206,10 @@ def mm(a, b):
     return _gemm("mm", a, b)
 
 
-@impl("mm.out")
 def mm_out(a, b, *, out):
     return _strict_out(aten.mm.out, out, mm(a, b), a, b)
 
 
-@impl("bmm")
 def bmm(a, b):
     hit = _fast("bmm", (a, b))
     if hit is not None:
@@ -224,13 +220,11 @@ def bmm(a, b):
     return _bgemm("bmm", a, b)
 
 
-@impl("bmm.out")
 def bmm_out(a, b, *, out):
     return _strict_out(aten.bmm.out, out, bmm(a, b), a, b)
 
 
 # -- addmm / baddbmm / addbmm ----------------------------------------------------------------------
-@impl("addmm")
 def addmm(bias, a, b, *, beta=1, alpha=1):
     hit = _fast("addmm", (bias, a, b), (("alpha", float(alpha)), ("beta", float(beta))))
     if hit is not None:
@@ -241,13 +235,11 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     return _gemm("addmm", a, b, bias, alpha, beta)
 
 
-@impl("addmm.out")
 def addmm_out(bias, a, b, *, beta=1, alpha=1, out):
     kw = dict(beta=beta, alpha=alpha)
     return _strict_out(aten.addmm.out, out, addmm(bias, a, b, **kw), bias, a, b, **kw)
 
 
-@impl("addmm_")
 def addmm_(self, a, b, *, beta=1, alpha=1):
     meta_result(aten.addmm_.default, self, a, b, beta=beta, alpha=alpha)
     return self.copy_(addmm(self, a, b, beta=beta, alpha=alpha))
@@ -264,7 +256,6 @@ def _scaled_sum(op: str, prod: torch.Tensor, bias, alpha, beta) -> torch.Tensor:
     return run(op, ew.add, prod, bias, alpha=beta)[0]
 
 
-@impl("baddbmm")
 def baddbmm(bias, a, b, *, beta=1, alpha=1):
     meta_result(aten.baddbmm.default, bias, a, b, beta=beta, alpha=alpha)
     if not _native(bias, a, b):
@@ -279,13 +270,11 @@ def baddbmm(bias, a, b, *, beta=1, alpha=1):
     return out if a.dtype == torch.float32 else run("baddbmm", movement.copy, out, dtype=a.dtype)[0]
 
 
-@impl("baddbmm.out")
 def baddbmm_out(bias, a, b, *, beta=1, alpha=1, out):
     kw = dict(beta=beta, alpha=alpha)
     return _strict_out(aten.baddbmm.out, out, baddbmm(bias, a, b, **kw), bias, a, b, **kw)
 
 
-@impl("baddbmm_")
 def baddbmm_(self, a, b, *, beta=1, alpha=1):
     meta_result(aten.baddbmm_.default, self, a, b, beta=beta, alpha=alpha)
     return self.copy_(baddbmm(self, a, b, beta=beta, alpha=alpha))
@@ -297,7 +286,6 @@ def _flatten_batches(a, b):
     return a.permute(1, 0, 2).reshape(m, bs * k), b.reshape(bs * k, b.shape[2])
 
 
-@impl("addbmm")
 def addbmm(bias, a, b, *, beta=1, alpha=1):
     meta_result(aten.addbmm.default, bias, a, b, beta=beta, alpha=alpha)
     if not _native(bias, a, b):
@@ -312,20 +300,17 @@ def addbmm(bias, a, b, *, beta=1, alpha=1):
     return out
 
 
-@impl("addbmm.out")
 def addbmm_out(bias, a, b, *, beta=1, alpha=1, out):
     kw = dict(beta=beta, alpha=alpha)
     return _strict_out(aten.addbmm.out, out, addbmm(bias, a, b, **kw), bias, a, b, **kw)
 
 
-@impl("addbmm_")
 def addbmm_(self, a, b, *, beta=1, alpha=1):
     meta_result(aten.addbmm_.default, self, a, b, beta=beta, alpha=alpha)
     return self.copy_(addbmm(self, a, b, beta=beta, alpha=alpha))
 
 
 # -- matrix-vector and vector-vector ---------------------------------------------------------------
-@impl("addmv")
 def addmv(bias, mat, vec, *, beta=1, alpha=1):
     meta_result(aten.addmv.default, bias, mat, vec, beta=beta, alpha=alpha)
     if not _native(bias, mat, vec):
@@ -335,19 +320,16 @@ def addmv(bias, mat, vec, *, beta=1, alpha=1):
     return _gemm("addmv", mat, vec.unsqueeze(1), col, alpha, beta).squeeze(1)
 
 
-@impl("addmv.out")
 def addmv_out(bias, mat, vec, *, beta=1, alpha=1, out):
     kw = dict(beta=beta, alpha=alpha)
     return _strict_out(aten.addmv.out, out, addmv(bias, mat, vec, **kw), bias, mat, vec, **kw)
 
 
-@impl("addmv_")
 def addmv_(self, mat, vec, *, beta=1, alpha=1):
     meta_result(aten.addmv_.default, self, mat, vec, beta=beta, alpha=alpha)
     return self.copy_(addmv(self, mat, vec, beta=beta, alpha=alpha))
 
 
-@impl("mv")
 def mv(mat, vec):
     meta_result(aten.mv.default, mat, vec)
     if not _native(mat, vec):
@@ -355,7 +337,6 @@ def mv(mat, vec):
     return _gemm("mv", mat, vec.unsqueeze(1)).squeeze(1)
 
 
-@impl("mv.out")
 def mv_out(mat, vec, *, out):
     return _strict_out(aten.mv.out, out, mv(mat, vec), mat, vec)
 
@@ -367,28 +348,23 @@ def _dot(op: str, overload, a, b):
     return _gemm(op, a.unsqueeze(0), b.unsqueeze(1)).reshape(())
 
 
-@impl("dot")
 def dot(a, b):
     return _dot("dot", aten.dot.default, a, b)
 
 
-@impl("vdot")
 def vdot(a, b):  # conj(a) . b: real dtypes only reach the kernel (complex takes the CPU)
     return _dot("vdot", aten.vdot.default, a, b)
 
 
-@impl("dot.out")
 def dot_out(a, b, *, out):
     return _strict_out(aten.dot.out, out, dot(a, b), a, b)
 
 
-@impl("vdot.out")
 def vdot_out(a, b, *, out):
     return _strict_out(aten.vdot.out, out, vdot(a, b), a, b)
 
 
 # -- outer-product update ----------------------------------------------------------------------------
-@impl("addr")
 def addr(bias, vec1, vec2, *, beta=1, alpha=1):
     """beta * bias + alpha * outer(vec1, vec2) as a K=1 GEMM: one rounding, like torch's fused kernel."""
     meta = meta_result(aten.addr.default, bias, vec1, vec2, beta=beta, alpha=alpha)
@@ -416,12 +392,10 @@ def _contig(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
-@impl("addr.out")
 def addr_out(bias, vec1, vec2, *, beta=1, alpha=1, out):
     return write_out(out, addr(bias, vec1, vec2, beta=beta, alpha=alpha))
 
 
-@impl("addr_")
 def addr_(self, vec1, vec2, *, beta=1, alpha=1):
     meta_result(aten.addr_.default, self, vec1, vec2, beta=beta, alpha=alpha)
     return self.copy_(addr(self, vec1, vec2, beta=beta, alpha=alpha))

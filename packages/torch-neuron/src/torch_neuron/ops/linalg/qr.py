@@ -14,7 +14,7 @@ import torch
 from ..core.checks import meta_result
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 from .cholesky import batched, eye, flat, native
 
 aten = torch.ops.aten
@@ -94,7 +94,6 @@ def _zeros(meta, device):
     return torch.zeros(meta.shape, dtype=meta.dtype, device=device)
 
 
-@impl("geqrf")
 def geqrf(a):
     if a.dim() < 2 or not native(a):  # geqrf has no meta kernel: the CPU raises torch's errors
         return on_cpu(aten.geqrf.default, a)
@@ -108,12 +107,10 @@ def geqrf(a):
     return w.reshape(a.shape), tau.reshape(tau_shape)
 
 
-@impl("geqrf.a")
 def geqrf_out(self, *, a, tau):
     return write_outs((a, tau), geqrf(self))
 
 
-@impl("linalg_qr")
 def linalg_qr(a, mode="reduced"):
     mq, mr = meta_result(aten.linalg_qr.default, a, mode)
     if not native(a):
@@ -132,12 +129,10 @@ def linalg_qr(a, mode="reduced"):
     return q.reshape(mq.shape), r.reshape(mr.shape)
 
 
-@impl("linalg_qr.out")
 def linalg_qr_out(a, mode="reduced", *, Q, R):
     return write_outs((Q, R), linalg_qr(a, mode))
 
 
-@impl("linalg_householder_product")
 def householder_product(a, tau):
     meta = meta_result(aten.linalg_householder_product.default, a, tau)
     if not native(a, tau):
@@ -153,12 +148,10 @@ def householder_product(a, tau):
     return q.reshape(meta.shape)
 
 
-@impl("linalg_householder_product.out")
 def householder_product_out(a, tau, *, out):
     return write_outs((out,), (householder_product(a, tau),))[0]
 
 
-@impl("ormqr")
 def ormqr(a, tau, c, left=True, transpose=False):
     meta = meta_result(aten.ormqr.default, a, tau, c, left, transpose)
     if not native(a, tau, c):
@@ -175,6 +168,5 @@ def ormqr(a, tau, c, left=True, transpose=False):
     return out.reshape(meta.shape)
 
 
-@impl("ormqr.out")
 def ormqr_out(a, tau, c, left=True, transpose=False, *, out):
     return write_outs((out,), (ormqr(a, tau, c, left, transpose),))[0]

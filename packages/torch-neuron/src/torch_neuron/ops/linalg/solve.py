@@ -13,7 +13,7 @@ import torch
 from ..core.checks import constant, meta_result
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 from .cholesky import batched, eye, flat, native, solve_tri
 from .lu import _factor, permutation
 
@@ -48,7 +48,6 @@ def lu_solve(lu, piv, b, left: bool, adjoint: bool, shape) -> torch.Tensor:
     return x.reshape(shape)
 
 
-@impl("linalg_lu_solve")
 def linalg_lu_solve(lu, piv, b, *, left=True, adjoint=False):
     meta = meta_result(aten.linalg_lu_solve.default, lu, piv, b, left=left, adjoint=adjoint)
     if not native(lu, b) or piv.dtype != torch.int32:
@@ -59,7 +58,6 @@ def linalg_lu_solve(lu, piv, b, *, left=True, adjoint=False):
     return lu_solve(lu, piv, b, left, adjoint, meta.shape)
 
 
-@impl("linalg_lu_solve.out")
 def linalg_lu_solve_out(lu, piv, b, *, left=True, adjoint=False, out):
     return write_outs((out,), (linalg_lu_solve(lu, piv, b, left=left, adjoint=adjoint),))[0]
 
@@ -70,7 +68,6 @@ def _vector_rhs(a, b) -> bool:
     return b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
 
 
-@impl("_linalg_solve_ex")
 def linalg_solve_ex(a, b, *, left=True, check_errors=False):
     kw = dict(left=left, check_errors=check_errors)
     metas = meta_result(aten._linalg_solve_ex.default, a, b, **kw)
@@ -91,12 +88,10 @@ def linalg_solve_ex(a, b, *, left=True, check_errors=False):
     return x, lu, piv, info
 
 
-@impl("_linalg_solve_ex.result")
 def linalg_solve_ex_out(a, b, *, left=True, check_errors=False, result, LU, pivots, info):
     return write_outs((result, LU, pivots, info), linalg_solve_ex(a, b, left=left, check_errors=check_errors))
 
 
-@impl("linalg_inv_ex")
 def linalg_inv_ex(a, *, check_errors=False):
     meta_result(aten.linalg_inv_ex.default, a, check_errors=check_errors)
     if not native(a):
@@ -113,7 +108,6 @@ def linalg_inv_ex(a, *, check_errors=False):
     return inv, info
 
 
-@impl("linalg_inv_ex.inverse")
 def linalg_inv_ex_out(a, *, check_errors=False, inverse, info):
     return write_outs((inverse, info), linalg_inv_ex(a, check_errors=check_errors))
 
@@ -136,7 +130,6 @@ def _det_parts(a: torch.Tensor):
     return lu, piv, lu.diagonal(dim1=-2, dim2=-1), _perm_sign(piv)
 
 
-@impl("_linalg_det")
 def linalg_det(a):
     meta_result(aten._linalg_det.default, a)
     if not native(a):
@@ -146,12 +139,10 @@ def linalg_det(a):
     return sign * diag.prod(-1), lu, piv
 
 
-@impl("_linalg_det.result")
 def linalg_det_out(a, *, result, LU, pivots):
     return write_outs((result, LU, pivots), linalg_det(a))
 
 
-@impl("_linalg_slogdet")
 def linalg_slogdet(a):
     meta_result(aten._linalg_slogdet.default, a)
     if not native(a):
@@ -161,13 +152,11 @@ def linalg_slogdet(a):
     return sign * diag.sign().prod(-1), diag.abs().log().sum(-1), lu, piv
 
 
-@impl("_linalg_slogdet.sign")
 def linalg_slogdet_out(a, *, sign, logabsdet, LU, pivots):
     return write_outs((sign, logabsdet, LU, pivots), linalg_slogdet(a))
 
 
 # -- Cholesky solve / inverse ------------------------------------------------------------------------------
-@impl("_cholesky_solve_helper")
 def cholesky_solve_helper(b, fac, upper):
     """X with (L L^T) X = B (U^T U when ``upper``); aten broadcasts b and fac before calling the helper."""
     meta = meta_result(aten._cholesky_solve_helper.default, b, fac, upper)
@@ -182,7 +171,6 @@ def cholesky_solve_helper(b, fac, upper):
     return solve_tri(lo.mT, y, upper=True).reshape(meta.shape)
 
 
-@impl("cholesky_inverse")
 def cholesky_inverse(fac, upper=False):
     """(L L^T)^-1 = L^-T L^-1 (U^-1 U^-T when ``upper``): one triangular solve against I and one GEMM."""
     meta = meta_result(aten.cholesky_inverse.default, fac, upper)
@@ -197,6 +185,5 @@ def cholesky_inverse(fac, upper=False):
     return torch.bmm(linv.mT, linv).reshape(meta.shape)
 
 
-@impl("cholesky_inverse.out")
 def cholesky_inverse_out(fac, upper=False, *, out):
     return write_outs((out,), (cholesky_inverse(fac, upper),))[0]

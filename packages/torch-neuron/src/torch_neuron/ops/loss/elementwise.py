@@ -20,8 +20,7 @@ from ..core.copy import to_host
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..core.variants import contig, out_variant, write_out
+from ..core.variants import contig, write_out
 
 aten = torch.ops.aten
 NONE, MEAN, SUM = 0, 1, 2
@@ -152,15 +151,3 @@ def _grad_input_out(fn):
     def run_out(*args, grad_input):
         return write_out(grad_input, fn(*args))
     return run_out
-
-
-def register(lib) -> None:
-    for fn, name in ((mse_loss, "mse_loss"), (smooth_l1_loss, "smooth_l1_loss"), (huber_loss, "huber_loss"),
-                     (binary_cross_entropy, "binary_cross_entropy")):
-        impl(name)(fn)
-        impl(f"{name}.out")(out_variant(fn))
-    for fn, name in ((mse_loss_backward, "mse_loss_backward"), (smooth_l1_loss_backward, "smooth_l1_loss_backward"),
-                     (huber_loss_backward, "huber_loss_backward"),
-                     (binary_cross_entropy_backward, "binary_cross_entropy_backward")):
-        impl(name)(fn)
-        impl(f"{name}.grad_input")(_grad_input_out(fn))

@@ -22,7 +22,6 @@ from ..core.compose import write_outs
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run_indexed
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 
 aten = torch.ops.aten
@@ -95,12 +94,3 @@ def _nll_forward_out(self, target, weight, reduction, ignore_index, *, output, t
 
 def _nll_backward_out(*args, grad_input):
     return write_out(grad_input, nll_loss_backward(*args))
-
-
-def register(lib) -> None:
-    for name in ("nll_loss_forward", "nll_loss2d_forward"):
-        impl(name)(nll_loss_forward)
-        impl(f"{name}.output")(_nll_forward_out)
-    for name in ("nll_loss_backward", "nll_loss2d_backward"):
-        impl(name)(nll_loss_backward)
-        impl(f"{name}.grad_input")(_nll_backward_out)

@@ -22,7 +22,6 @@ from ..core.checks import same_device
 from ..core.compose import ew, write_outs
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 from .norms import param_dtype
 
@@ -184,14 +183,3 @@ def _backward_with_reserve(grad_out, input, weight, running_mean, running_var, s
     """_batch_norm_with_update's backward: the reserve is empty, the rest is native_batch_norm_backward."""
     return native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var,
                                       update, eps, output_mask)
-
-
-def register(lib) -> None:
-    impl("_batch_norm_with_update")(_with_update)
-    impl("batch_norm_backward")(_backward_with_reserve)
-    impl("_native_batch_norm_legit")(_legit)
-    impl("_native_batch_norm_legit.no_stats")(_legit_no_stats)
-    impl("_native_batch_norm_legit_no_training")(_legit_no_training)
-    impl("native_batch_norm")(native_batch_norm)
-    impl("native_batch_norm.out")(_triple_out)
-    impl("native_batch_norm_backward")(native_batch_norm_backward)

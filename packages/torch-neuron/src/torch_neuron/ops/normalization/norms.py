@@ -19,7 +19,6 @@ from ..core.compose import const, write_outs
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 
 aten = torch.ops.aten
@@ -234,16 +233,3 @@ def _triple_out(fn):
     def run_out(*args, out0, out1, out2):
         return write_outs((out0, out1, out2), fn(*args))
     return run_out
-
-
-def register(lib) -> None:
-    impl("native_layer_norm")(layer_norm)
-    impl("native_layer_norm.out")(_triple_out(layer_norm))
-    impl("native_layer_norm_backward")(layer_norm_backward)
-    impl("native_layer_norm_backward.out")(_triple_out(layer_norm_backward))
-    impl("_fused_rms_norm")(rms_norm)
-    impl("_fused_rms_norm_backward")(rms_norm_backward)
-    impl("native_group_norm")(group_norm)
-    impl("native_group_norm.out")(_triple_out(group_norm))
-    impl("native_group_norm_backward")(group_norm_backward)
-    impl("native_group_norm_backward.out")(_triple_out(group_norm_backward))

@@ -16,7 +16,6 @@ from ..core.checks import same_device
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, out_variant
 from ..reduction.sums import plan
 
@@ -73,12 +72,3 @@ def _grad_input_out(fn):
     def run_out(grad_output, output, dim, input_dtype, *, grad_input):
         return out_variant(fn)(grad_output, output, dim, input_dtype, out=grad_input)
     return run_out
-
-
-def register(lib) -> None:
-    for fn, name in ((softmax, "_softmax"), (log_softmax, "_log_softmax"),
-                     (log_softmax_backward, "_log_softmax_backward_data")):
-        impl(name)(fn)
-        impl(f"{name}.out")(out_variant(fn))
-    impl("_softmax_backward_data")(softmax_backward)
-    impl("_softmax_backward_data.out")(_grad_input_out(softmax_backward))

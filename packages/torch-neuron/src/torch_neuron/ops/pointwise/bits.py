@@ -13,8 +13,7 @@ from neuron_kernels.library import float_bits
 from ..core.compose import write_outs
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..core.variants import check_cast, contig, inplace_variant, out_variant
+from ..core.variants import check_cast, contig
 from .base import operand_device
 
 aten = torch.ops.aten
@@ -104,17 +103,3 @@ def _exact_ldexp(self, other):
         return torch.empty(shape, dtype=self.dtype, device=device)
     e = other.to(device=device, dtype=torch.int32)  # int64 wraps to its low word, as C's int conversion
     return run("ldexp", float_bits.ldexp, contig(self.to(device)), contig(e))[0].view(shape)
-
-
-def register(lib) -> None:
-    impl("nextafter")(nextafter)
-    impl("nextafter.out")(out_variant(nextafter))
-    impl("nextafter_")(nextafter_)
-    impl("copysign.Tensor")(copysign)
-    impl("copysign.out")(out_variant(copysign))
-    impl("copysign_.Tensor")(inplace_variant(copysign))
-    impl("frexp.Tensor")(frexp)
-    impl("frexp.Tensor_out")(_frexp_out)
-    impl("ldexp.Tensor")(ldexp)
-    impl("ldexp.out")(out_variant(ldexp))
-    impl("ldexp_")(inplace_variant(ldexp))

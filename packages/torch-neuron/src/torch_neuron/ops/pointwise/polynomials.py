@@ -34,7 +34,6 @@ from neuron_kernels.library.formula import (
     Recurrence,
     abs_,
     act,
-    define_recurrence,
     fmod,
     inputs,
     polynomial,
@@ -273,8 +272,3 @@ def _register(op: str):
     # float32 results only: torch's CPU has no bfloat16/float16 kernel (those calls go to it for its error) and
     # float64 is never computed in float32
     pointwise(op, names, [], outs, promoted=(0, 1), supports=_float32_result)(adapter)
-
-
-for _op in _KINDS:
-    define_recurrence(_op, _recurrence(_KINDS[_op]))
-    _register(_op)

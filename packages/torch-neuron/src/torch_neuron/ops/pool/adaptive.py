@@ -16,7 +16,6 @@ from ..core.checks import meta_result, same_device
 from ..core.compose import write_outs
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
-from ..core.registry import impl
 from ..core.variants import write_out
 from .avg import max_backward, rows, spread_back, window_max, window_means
 from .windows import adaptive_windows
@@ -76,91 +75,75 @@ def adaptive_max_backward(nd: int, grad, x, indices):
     return max_backward(_MAX[nd][1], f"adaptive_max_pool{nd}d_backward", nd, (grad, x, indices))
 
 
-@impl("_adaptive_avg_pool2d")
 def adaptive_avg_pool2d(x, output_size):
     return adaptive_avg(2, x, output_size)
 
 
-@impl("_adaptive_avg_pool3d")
 def adaptive_avg_pool3d(x, output_size):
     return adaptive_avg(3, x, output_size)
 
 
-@impl("_adaptive_avg_pool2d.out")
 def adaptive_avg_pool2d_out(x, output_size, *, out):
     same_device(x, out)
     return write_out(out, adaptive_avg(2, x, output_size))
 
 
-@impl("_adaptive_avg_pool3d.out")
 def adaptive_avg_pool3d_out(x, output_size, *, out):
     same_device(x, out)
     return write_out(out, adaptive_avg(3, x, output_size))
 
 
-@impl("_adaptive_avg_pool2d_backward")
 def adaptive_avg_pool2d_backward(grad, x):
     return adaptive_avg_backward(2, grad, x)
 
 
-@impl("_adaptive_avg_pool3d_backward")
 def adaptive_avg_pool3d_backward(grad, x):
     return adaptive_avg_backward(3, grad, x)
 
 
-@impl("_adaptive_avg_pool2d_backward.out")
 def adaptive_avg_pool2d_backward_out(grad, x, *, out):
     same_device(x, out)
     return write_out(out, adaptive_avg_backward(2, grad, x))
 
 
-@impl("_adaptive_avg_pool3d_backward.out")
 def adaptive_avg_pool3d_backward_out(grad, x, *, out):
     same_device(x, out)
     return write_out(out, adaptive_avg_backward(3, grad, x))
 
 
-@impl("adaptive_max_pool2d")
 def adaptive_max_pool2d(x, output_size):
     return adaptive_max(2, x, output_size)
 
 
-@impl("adaptive_max_pool3d")
 def adaptive_max_pool3d(x, output_size):
     return adaptive_max(3, x, output_size)
 
 
-@impl("adaptive_max_pool2d.out")
 def adaptive_max_pool2d_out(x, output_size, *, out, indices):
     same_device(x, out)
     same_device(x, indices)
     return write_outs((out, indices), adaptive_max(2, x, output_size))
 
 
-@impl("adaptive_max_pool3d.out")
 def adaptive_max_pool3d_out(x, output_size, *, out, indices):
     same_device(x, out)
     same_device(x, indices)
     return write_outs((out, indices), adaptive_max(3, x, output_size))
 
 
-@impl("adaptive_max_pool2d_backward")
 def adaptive_max_pool2d_backward(grad, x, indices):
     return adaptive_max_backward(2, grad, x, indices)
 
 
-@impl("adaptive_max_pool3d_backward")
 def adaptive_max_pool3d_backward(grad, x, indices):
     return adaptive_max_backward(3, grad, x, indices)
 
 
-@impl("adaptive_max_pool2d_backward.grad_input")
 def adaptive_max_pool2d_backward_out(grad, x, indices, *, grad_input):
     same_device(x, grad_input)
     return write_out(grad_input, adaptive_max_backward(2, grad, x, indices))
 
 
-@impl("adaptive_max_pool3d_backward.grad_input")
 def adaptive_max_pool3d_backward_out(grad, x, indices, *, grad_input):
     same_device(x, grad_input)
     return write_out(grad_input, adaptive_max_backward(3, grad, x, indices))

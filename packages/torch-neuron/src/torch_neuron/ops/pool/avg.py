@@ -26,7 +26,6 @@ from ..core.copy import to_host
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 from .windows import Windows, avg_windows
 
@@ -111,13 +110,11 @@ def max_backward(op, name: str, nd: int, args: tuple):
     return gi.to(x.dtype).view(result.shape)
 
 
-@impl("max_pool3d_with_indices_backward")
 def max_pool3d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     args = (grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
     return max_backward(aten.max_pool3d_with_indices_backward.default, "max_pool3d_with_indices_backward", 3, args)
 
 
-@impl("max_pool3d_with_indices_backward.grad_input")
 def max_pool3d_with_indices_backward_out(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices, *,
                                          grad_input):
     same_device(x, grad_input)
@@ -171,19 +168,16 @@ def avg_pool_backward(nd: int, grad, x, kernel_size, stride, padding, ceil_mode,
     return gi.to(x.dtype).view(result.shape)
 
 
-@impl("avg_pool2d")
 def avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     return avg_pool(2, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@impl("avg_pool3d")
 def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     return avg_pool(3, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-@impl("avg_pool2d.out")
 def avg_pool2d_out(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                    divisor_override=None, *, out):
     same_device(x, out)
@@ -191,7 +185,6 @@ def avg_pool2d_out(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_
                                    divisor_override))
 
 
-@impl("avg_pool3d.out")
 def avg_pool3d_out(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                    divisor_override=None, *, out):
     same_device(x, out)
@@ -199,19 +192,16 @@ def avg_pool3d_out(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_
                                    divisor_override))
 
 
-@impl("avg_pool2d_backward")
 def avg_pool2d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     return avg_pool_backward(2, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                              divisor_override)
 
 
-@impl("avg_pool3d_backward")
 def avg_pool3d_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     return avg_pool_backward(3, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                              divisor_override)
 
 
-@impl("avg_pool2d_backward.grad_input")
 def avg_pool2d_backward_out(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                             divisor_override, *, grad_input):
     same_device(x, grad_input)
@@ -219,7 +209,6 @@ def avg_pool2d_backward_out(grad, x, kernel_size, stride, padding, ceil_mode, co
                                                    count_include_pad, divisor_override))
 
 
-@impl("avg_pool3d_backward.grad_input")
 def avg_pool3d_backward_out(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
                             divisor_override, *, grad_input):
     same_device(x, grad_input)

@@ -21,7 +21,6 @@ from ..core.copy import to_host
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import write_out
 from .avg import max_backward, ntuple, rows, window_max
 from .windows import TABLE_LIMIT, max_windows
@@ -57,24 +56,20 @@ def _in_window(indices, win) -> bool:
     return getattr(indices, "_neuron_max_windows", None) == (win.key, indices._version)
 
 
-@impl("max_pool2d_with_indices")
 def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return max_pool(2, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@impl("max_pool3d_with_indices")
 def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     return max_pool(3, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-@impl("max_pool2d_with_indices.out")
 def max_pool2d_with_indices_out(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *, out,
                                 indices):
     same_device(x, out, indices)
     return write_outs((out, indices), max_pool(2, x, kernel_size, stride, padding, dilation, ceil_mode))
 
 
-@impl("max_pool3d_with_indices.out")
 def max_pool3d_with_indices_out(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *, out,
                                 indices):
     same_device(x, out, indices)
@@ -100,7 +95,6 @@ def _gathered_backward(op: str, grad, x, win, indices) -> torch.Tensor | None:
     return run(op, reduce.sum, ew(op, elementwise.where, hit, gg, 0.0), 2)[0]
 
 
-@impl("max_pool2d_with_indices_backward")
 def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     args = (grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
     op = _MAX[2][1]
@@ -117,7 +111,6 @@ def max_pool2d_with_indices_backward(grad, x, kernel_size, stride, padding, dila
     return max_backward(op, "max_pool2d_with_indices_backward", 2, args)
 
 
-@impl("max_pool2d_with_indices_backward.grad_input")
 def max_pool2d_with_indices_backward_out(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices, *,
                                          grad_input):
     same_device(x, grad_input)

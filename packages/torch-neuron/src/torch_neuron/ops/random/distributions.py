@@ -35,8 +35,7 @@ from ..core.copy import to_host, write_contiguous
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run, run_into
-from ..core.registry import impl
-from ..core.variants import contig, out_variant
+from ..core.variants import contig
 
 aten = torch.ops.aten
 BLOCK = 1 << 32
@@ -326,23 +325,3 @@ def native_dropout_backward(grad_output, mask, scale):
 
 def _dropout_out(input, p, train, *, out0, out1):  # noqa: A002
     return write_outs((out0, out1), native_dropout(input, p, train))
-
-
-def register(lib) -> None:
-    impl("uniform_")(uniform_)
-    impl("normal_")(normal_)
-    for fn, name in ((normal_tensor_float, "normal.Tensor_float"), (normal_float_tensor, "normal.float_Tensor"),
-                     (normal_tensor_tensor, "normal.Tensor_Tensor")):
-        impl(name)(fn)
-        impl(f"{name}_out")(out_variant(fn))
-    impl("bernoulli_.float")(bernoulli_float)
-    impl("bernoulli_.Tensor")(bernoulli_tensor)
-    impl("bernoulli")(bernoulli)
-    impl("random_.from")(random_from)
-    impl("random_.to")(random_to)
-    impl("random_")(random_all)
-    impl("native_dropout")(native_dropout)
-    impl("native_dropout.out")(_dropout_out)
-    impl("native_dropout_backward")(native_dropout_backward)
-    impl("native_dropout_backward.out")(out_variant(native_dropout_backward))
-    impl("bernoulli.out")(out_variant(bernoulli))

@@ -18,8 +18,7 @@ from __future__ import annotations
 import torch
 
 from ..core.fallback import on_cpu
-from ..core.registry import impl, note_native
-from ..core.variants import out_variant
+from ..core.registry import note_native
 from .distributions import host_generator
 
 aten = torch.ops.aten
@@ -85,7 +84,3 @@ def multinomial(self: torch.Tensor, num_samples: int, replacement: bool = False,
         picks = _keys(rows, rows.shape, generator).topk(num_samples, -1).indices
     note_native("multinomial")  # its parts ran (and were counted) on the device
     return picks.reshape(*self.shape[:-1], num_samples)
-
-
-impl("multinomial")(multinomial)
-impl("multinomial.out")(out_variant(multinomial))

@@ -19,8 +19,7 @@ from ..core.copy import to_host
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..core.variants import contig, out_variant
+from ..core.variants import contig
 from .sums import ORDERED, plan
 
 aten = torch.ops.aten
@@ -116,13 +115,3 @@ def _named_out(fn, first: str, second: str):
         outs = (kwargs.pop(first), kwargs.pop(second))
         return write_outs(outs, fn(*args, **kwargs))
     return run_out
-
-
-def register(lib) -> None:
-    impl("max.dim")(max_dim)
-    impl("min.dim")(min_dim)
-    impl("max.dim_max")(_named_out(max_dim, "max", "max_values"))
-    impl("min.dim_min")(_named_out(min_dim, "min", "min_indices"))
-    for fn, name in ((argmax, "argmax"), (argmin, "argmin")):
-        impl(name)(fn)
-        impl(f"{name}.out")(out_variant(fn))

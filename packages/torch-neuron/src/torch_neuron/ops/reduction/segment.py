@@ -25,7 +25,6 @@ from ..core.checks import full, meta_result, same_device
 from ..core.copy import to_host
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 from ..indexing.gather_scatter import index32
 from ..indexing.scatter_reduce import native, reduce_region
@@ -76,7 +75,6 @@ def _slots(op: str, offs, d: int) -> torch.Tensor:
     return run(op, movement.copy, contig(counts[:, :d]), dtype=torch.int32)[0]
 
 
-@impl("segment_reduce")
 def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
     op = "segment_reduce"
     args = {"lengths": lengths, "indices": indices, "offsets": offsets, "axis": axis, "unsafe": unsafe,

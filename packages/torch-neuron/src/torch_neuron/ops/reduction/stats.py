@@ -22,8 +22,7 @@ from ..core.compose import const, ew, write_outs
 from ..core.dtypes import FLOATS, device_dtype
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..core.variants import contig, out_variant
+from ..core.variants import contig
 from .sums import ORDERED, cast_to, mean_dim, plan
 
 aten = torch.ops.aten
@@ -134,15 +133,3 @@ def _pair_out(fn):
     def run_out(*args, out0, out1, **kwargs):
         return write_outs((out0, out1), fn(*args, **kwargs))
     return run_out
-
-
-def register(lib) -> None:
-    for fn, name in ((var, "var.correction"), (std, "std.correction")):
-        impl(name)(fn)
-        impl(f"{name}_out")(out_variant(fn))
-    for fn, name in ((var_mean, "var_mean.correction"), (std_mean, "std_mean.correction")):
-        impl(name)(fn)
-        impl(f"{name}_out")(_pair_out(fn))
-    for fn, name in ((logsumexp, "logsumexp"), (linalg_vector_norm, "linalg_vector_norm")):
-        impl(name)(fn)
-        impl(f"{name}.out")(out_variant(fn))

@@ -25,8 +25,7 @@ from ..core.compose import const, ew, write_outs
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..core.variants import contig, out_variant
+from ..core.variants import contig
 from .int64 import INTS, int64_cumsum, int64_sum
 from .int64 import exact as int64_exact
 
@@ -280,24 +279,3 @@ def _whole(fn):
 
 def _one_dim(fn):
     return lambda self, dim, keepdim=False: fn(self, (dim,), keepdim)
-
-
-def register(lib) -> None:
-    table = {
-        sum_dim: ("sum.dim_IntList", "sum.IntList_out"), sum_all: ("sum", "sum.out"),
-        mean_dim: ("mean.dim", "mean.out"), mean_all: ("mean", "mean.dtype_out"),
-        prod_dim: ("prod.dim_int", "prod.int_out"), prod_all: ("prod", "prod.out"),
-        nansum: ("nansum", "nansum.out"), count_nonzero: ("count_nonzero.dim_IntList", "count_nonzero.dim_IntList_out"),
-        count_nonzero_one: ("count_nonzero", "count_nonzero.out"), cumsum: ("cumsum", "cumsum.out"),
-        amax: ("amax", "amax.out"), amin: ("amin", "amin.out"),
-        max_all: ("max", "max.unary_out"), min_all: ("min", "min.unary_out"),
-        all_dims: ("all.dims", "all.dims_out"), any_dims: ("any.dims", "any.dims_out"),
-        _whole(all_dims): ("all", "all.all_out"), _whole(any_dims): ("any", "any.all_out"),
-        _one_dim(all_dims): ("all.dim", "all.out"), _one_dim(any_dims): ("any.dim", "any.out"),
-    }
-    for fn, (functional, out) in table.items():
-        impl(functional)(fn)
-        impl(out)(out_variant(fn))
-    impl("cumsum_")(cumsum_)
-    impl("aminmax")(aminmax)
-    impl("aminmax.out")(_aminmax_out)

@@ -22,7 +22,6 @@ from ..core.checks import meta_result, same_device
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 
 aten = torch.ops.aten
@@ -107,7 +106,6 @@ def _sample(op: str, x: torch.Tensor, grid: torch.Tensor, mode: int, padding_mod
     return out
 
 
-@impl("grid_sampler_3d")
 def grid_sampler_3d(x, grid, interpolation_mode, padding_mode, align_corners):
     args = (x, grid, interpolation_mode, padding_mode, align_corners)
     result = meta_result(aten.grid_sampler_3d.default, *args)  # torch's checks (shapes, bicubic in 3-d)
@@ -163,7 +161,6 @@ def _interp1d(vals, coeffs) -> torch.Tensor:
 _DECOMPOSED_2D = decomp._kernel(aten.grid_sampler_2d.default, decomposition_table[aten.grid_sampler_2d.default])
 
 
-@impl("grid_sampler_2d")
 def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
     """Bilinear and nearest as grid_sampler_3d on a volume of depth 1 (z = 0 reads its one plane with weight 1;
     the corner past it is outside, skipped), bicubic by its 16 taps (``_bicubic``): corners and taps outside the

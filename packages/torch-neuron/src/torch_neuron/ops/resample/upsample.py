@@ -23,8 +23,8 @@ from ..core.checks import constant, meta_result, same_device
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl, note_native
-from ..core.variants import contig, write_out
+from ..core.registry import note_native
+from ..core.variants import contig
 from .upsample_backward import _taps
 
 aten = torch.ops.aten
@@ -83,8 +83,3 @@ def _forward(op, name: str, mode: str, spatial: int):
 
 OPS = {"upsample_linear1d": ("linear", 1), "upsample_bilinear2d": ("linear", 2),
        "upsample_trilinear3d": ("linear", 3), "upsample_bicubic2d": ("cubic", 2)}
-
-for _name, (_mode, _spatial) in OPS.items():
-    _kernel = _forward(getattr(aten, _name).default, _name, _mode, _spatial)
-    impl(_name)(_kernel)
-    impl(f"{_name}.out")(lambda *args, out, _k=_kernel: write_out(out, _k(*args)))

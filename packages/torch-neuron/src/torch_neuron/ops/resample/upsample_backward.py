@@ -28,7 +28,7 @@ from neuron_kernels.library.formula import formula, inputs, where
 from ..core.checks import constant
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl, note_native
+from ..core.registry import note_native
 from ..core.variants import contig, write_out
 
 aten = torch.ops.aten
@@ -227,8 +227,3 @@ OPS = {  # aten op: (mode, spatial dims, has align_corners)
     "upsample_trilinear3d_backward": ("linear", 3, True),
     "upsample_bicubic2d_backward": ("cubic", 2, True),
 }
-
-for _name, (_mode, _spatial, _align) in OPS.items():
-    _kernel = _backward(getattr(aten, _name).default, _name, _mode, _spatial, _align)
-    impl(_name)(_kernel)
-    impl(f"{_name}.grad_input")(_grad_input_variant(_kernel))

@@ -24,7 +24,6 @@ from neuron_kernels.library.formula import act, formula, inputs, where
 from ..core.checks import same_device
 from ..core.dtypes import FLOATS, TORCH_TO_DTYPE
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 
 _ALU = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul}
@@ -108,7 +107,6 @@ def _check(name, gates, hx, n):
 
 
 # -- LSTM --------------------------------------------------------------------------------------------------
-@impl("_thnn_fused_lstm_cell")
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     op = "_thnn_fused_lstm_cell"
     gates = (input_gates, hidden_gates, input_bias, hidden_bias)
@@ -123,7 +121,6 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
     return hy, cy, contig(acts.movedim(0, -2)).flatten(-2)
 
 
-@impl("_thnn_fused_lstm_cell_backward_impl")
 def fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     if grad_hy is None and grad_cy is None:
         return None, None, None
@@ -146,7 +143,6 @@ def fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias)
 
 
 # -- GRU ---------------------------------------------------------------------------------------------------
-@impl("_thnn_fused_gru_cell")
 def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     op = "_thnn_fused_gru_cell"
     gates = (input_gates, hidden_gates, input_bias, hidden_bias)
@@ -165,7 +161,6 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
     return hy, _interleave([r, z, n, contig(hx), hn])
 
 
-@impl("_thnn_fused_gru_cell_backward")
 def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     op = "_thnn_fused_gru_cell_backward"
     r, z, n, hx, hn = _planes(workspace, 5)

@@ -26,7 +26,6 @@ from neuron_kernels.library.formula import fmod, formula, inputs, minimum, where
 from ..core.copy import to_host
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 from ..pointwise.expr import rounded
 
@@ -125,9 +124,3 @@ def histc(self, bins=100, min=0, max=0):  # noqa: A002
 
 def histc_out(self, bins=100, min=0, max=0, *, out):  # noqa: A002
     return write_out(out, histc(self, bins, min, max))
-
-
-def register(lib) -> None:
-    impl("histc")(histc)
-    impl("histc.out")(histc_out)
-

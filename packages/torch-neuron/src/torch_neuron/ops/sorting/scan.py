@@ -27,7 +27,6 @@ from ..core.compose import ew
 from ..core.dtypes import FLOATS, device_dtype
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 from .rank import SCAN_MAX, positions, row_blocks, to_int64
 from .sort import rows_of, unrows, wrap_dim
@@ -160,13 +159,3 @@ def cumprod_out(self, dim, *, dtype=None, out):
 
 def cumprod_(self, dim, *, dtype=None):
     return self.copy_(cumprod(self, dim, dtype=dtype))
-
-
-def register(lib) -> None:
-    impl("_cummax_helper")(cummax_helper)
-    impl("_cummin_helper")(cummin_helper)
-    impl("_logcumsumexp")(logcumsumexp)
-    impl("_logcumsumexp.out")(logcumsumexp_out)
-    impl("cumprod")(cumprod)
-    impl("cumprod.out")(cumprod_out)
-    impl("cumprod_")(cumprod_)

@@ -20,7 +20,6 @@ from ..core.compose import ew, index32
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig, write_out
 from .rank import CHUNK
 
@@ -185,15 +184,3 @@ def _out(fn):
     def run_out(*args, out, **kwargs):
         return write_out(out, fn(*args, **kwargs))
     return run_out
-
-
-def register(lib) -> None:
-    for name, fn in (("searchsorted.Tensor", searchsorted), ("searchsorted.Scalar", searchsorted_scalar),
-                     ("bucketize.Tensor", bucketize), ("bucketize.Scalar", bucketize_scalar),
-                     ("isin.Tensor_Tensor", isin), ("isin.Tensor_Scalar", isin_tensor_scalar),
-                     ("isin.Scalar_Tensor", isin_scalar_tensor)):
-        impl(name)(fn)
-    for name, fn in (("searchsorted.Tensor_out", searchsorted), ("searchsorted.Scalar_out", searchsorted_scalar),
-                     ("bucketize.Tensor_out", bucketize), ("isin.Tensor_Tensor_out", isin),
-                     ("isin.Tensor_Scalar_out", isin_tensor_scalar), ("isin.Scalar_Tensor_out", isin_scalar_tensor)):
-        impl(name)(_out(fn))

@@ -24,8 +24,7 @@ from ..core.compose import ew, index32, write_outs
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
-from ..core.variants import contig, out_variant
+from ..core.variants import contig
 from .network import SORTABLE, sort_rows, sortable
 from .rank import MAX_ROW, blocks, iota, join, to_int64
 
@@ -282,25 +281,3 @@ def mode(self, dim=-1, keepdim=False):
 
 def mode_values(self, dim=-1, keepdim=False, *, values, indices):
     return write_outs((values, indices), mode(self, dim, keepdim))
-
-
-def register(lib) -> None:
-    impl("sort.stable")(sort_stable)
-    impl("sort.values_stable")(sort_values_stable)
-    impl("sort")(sort_default)
-    impl("sort.values")(sort_values)
-    impl("topk")(topk)
-    impl("topk.values")(topk_values)
-    impl("kthvalue")(kthvalue)
-    impl("kthvalue.values")(kthvalue_values)
-    impl("median.dim")(median_dim)
-    impl("nanmedian.dim")(nanmedian_dim)
-    impl("median.dim_values")(_values_out(median_dim))
-    impl("nanmedian.dim_values")(_values_out(nanmedian_dim))
-    impl("median")(median_all)
-    impl("nanmedian")(nanmedian_all)
-    impl("median.out")(out_variant(median_all))
-    impl("nanmedian.out")(out_variant(nanmedian_all))
-    impl("mode")(mode)
-    impl("mode.values")(mode_values)
-

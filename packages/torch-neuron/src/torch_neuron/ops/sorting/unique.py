@@ -26,7 +26,6 @@ from ..core.copy import to_host
 from ..core.dtypes import FLOATS
 from ..core.fallback import on_cpu
 from ..core.launch import run
-from ..core.registry import impl
 from ..core.variants import contig
 from .network import SORTABLE, sort_rows, sortable
 from .rank import CHUNK, MAX_ROW, int_compares, iota, positions, to_int64
@@ -201,10 +200,3 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
     moved = self.movedim(d, 0).shape
     out = contig(out.view(u, *moved[1:]).movedim(0, d))
     return _extras(op, out, group, perm, (n,), u, return_inverse, return_counts)
-
-
-def register(lib) -> None:
-    impl("unique_dim")(unique_dim)
-    impl("_unique2")(unique2)
-    impl("_unique")(unique)
-    impl("unique_consecutive")(unique_consecutive)

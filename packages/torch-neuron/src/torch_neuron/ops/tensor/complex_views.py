@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from ..core.registry import impl
 from ..core.variants import write_out
 
 _REAL = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -25,7 +24,6 @@ def _reinterpret(t: torch.Tensor, dtype: torch.dtype, size, stride, offset: int)
     return torch.as_strided(flat, size, stride, offset)
 
 
-@impl("view_as_real")
 def view_as_real(t):
     if t.is_conj():
         raise RuntimeError(
@@ -39,7 +37,6 @@ def view_as_real(t):
     return _reinterpret(t, _REAL[t.dtype], size, stride, 2 * t.storage_offset())
 
 
-@impl("view_as_complex")
 def view_as_complex(t):
     if t.dtype not in _COMPLEX:
         raise RuntimeError(
@@ -58,7 +55,6 @@ def view_as_complex(t):
     return _reinterpret(t, _COMPLEX[t.dtype], size, stride, t.storage_offset() // 2)
 
 
-@impl("conj_physical_")
 def conj_physical_(t):
     # aten's in-place kernel calls a CPU/CUDA-only dispatch stub directly (an internal assert on neuron)
     if t.is_complex():
@@ -66,11 +62,9 @@ def conj_physical_(t):
     return t
 
 
-@impl("conj_physical")
 def conj_physical(t):
     return conj_physical_(t.clone()) if t.is_complex() else t.clone()
 
 
-@impl("conj_physical.out")
 def conj_physical_out(t, *, out):
     return write_out(out, conj_physical(t))

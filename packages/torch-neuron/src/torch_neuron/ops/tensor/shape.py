@@ -54,7 +54,6 @@ def _cat_native(tensors, dtype) -> bool:
     return movable(dtype) is not None and all(t.dtype == dtype for t in tensors)
 
 
-@impl("cat")
 def cat(tensors, dim=0):
     tensors = list(tensors)
     meta = meta_result(aten.cat.default, tensors, dim)
@@ -79,7 +78,6 @@ def cat(tensors, dim=0):
     return out
 
 
-@impl("cat.out")
 def cat_out(tensors, dim=0, *, out):
     result = cat(tensors, dim)
     if not torch.can_cast(result.dtype, out.dtype):
@@ -92,7 +90,6 @@ def _reversed(n: int, device) -> torch.Tensor:
     return constant(("reversed32", n), device, lambda: torch.arange(n - 1, -1, -1, dtype=torch.int32))
 
 
-@impl("flip")
 def flip(x, dims):
     meta_result(aten.flip.default, x, dims)
     carrier = movable(x.dtype)
@@ -120,7 +117,6 @@ def _roll_dim(x: torch.Tensor, shift: int, d: int) -> torch.Tensor:
     return out
 
 
-@impl("roll")
 def roll(x, shifts, dims=()):
     meta_result(aten.roll.default, x, shifts, dims)
     if movable(x.dtype) is None:
@@ -175,8 +171,6 @@ def _register_tri(name: str, lower: bool) -> None:
         return x.copy_(_tri(name, x, diagonal, lower))
 
 
-_register_tri("tril", True)
-_register_tri("triu", False)
 
 
 def _register_tri_indices(name: str) -> None:
@@ -190,12 +184,9 @@ def _register_tri_indices(name: str) -> None:
         return upload(host, device)
 
 
-_register_tri_indices("tril_indices")
-_register_tri_indices("triu_indices")
 
 
 # -- constant_pad_nd ---------------------------------------------------------------------------------
-@impl("constant_pad_nd")
 def constant_pad_nd(x, pad, value=0):
     meta = meta_result(aten.constant_pad_nd.default, x, pad, value)
     if device_dtype(x.dtype) is None:
