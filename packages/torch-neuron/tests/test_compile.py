@@ -510,7 +510,8 @@ def test_residual_adds_after_a_projection_are_written_by_the_matmul(dtype, monke
                                     (torch.float16, torch.float32)])
 @pytest.mark.parametrize("shape", [(5, 7, 3), (0, 4, 3), (4, 0, 3), (6, 5, 0)])
 def test_matmul_and_norm_with_a_cast_equal_the_op_then_the_cast(dtypes, shape):
-    from torch_neuron.ops import linalg, normalization
+    from torch_neuron.ops.linalg import matmul as linalg
+    from torch_neuron.ops.normalization import norms as normalization
 
     src, dst = dtypes
     m, k, n = shape
@@ -549,7 +550,7 @@ def test_stacked_attention_gradients_whose_rows_are_not_contiguous_are_stacked_a
     """A stack whose permutation moves the head dim off the last place cannot be written row by row: the
     gradients are computed as usual and stacked, the same values."""
     from torch_neuron.compile.epilogues import StackedAttentionGrads
-    from torch_neuron.ops import attention
+    from torch_neuron.ops.attention import sdpa as attention
 
     torch.manual_seed(0)
     q, k, v, go = (torch.randn(2, 3, 5, 8, device=DEV) for _ in range(4))
@@ -681,7 +682,7 @@ F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 def _norm_backward_args(norm: str, x, go):
     """(the backward's aten op, its implementation, its arguments) for ``norm`` of ``x`` (layer_norm, rms_norm,
     rms_norm without a weight) and output gradient ``go``."""
-    from torch_neuron.ops import normalization
+    from torch_neuron.ops.normalization import norms as normalization
 
     d = x.shape[-1]
     w = None if norm == "rms_norm_no_weight" else torch.randn(d, dtype=x.dtype).to(DEV)
@@ -734,7 +735,7 @@ def test_residual_adds_of_symbolic_shapes_stay_as_written():
                                     (torch.float32, torch.float32)])
 @pytest.mark.parametrize("shape", [(5, 7, 3), (6, 4, 1), (1, 3, 9), (0, 4, 3), (6, 0, 5)])
 def test_matmul_with_a_residual_equals_the_matmul_then_the_add(dtypes, shape):
-    from torch_neuron.ops import linalg
+    from torch_neuron.ops.linalg import matmul as linalg
 
     res_dtype, dtype = dtypes
     m, k, n = shape

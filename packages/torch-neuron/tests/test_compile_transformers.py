@@ -48,7 +48,7 @@ def test_models_of_the_package_stay_traceable():
 
     from torch_neuron.compile import untraced
     from torch_neuron.models.gpt import GPT
-    from torch_neuron.ops import launch
+    from torch_neuron.ops.core import launch
 
     assert "torch_neuron.ops" in untraced.skipped_modules() and "neuron_sim" in untraced.skipped_modules()
     assert trace_rules.check(launch.execute)

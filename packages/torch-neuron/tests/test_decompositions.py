@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_neuron.ops import decomp
+from torch_neuron.ops.core import decomp
 
 DTYPES = [torch.float32, torch.bfloat16]
 

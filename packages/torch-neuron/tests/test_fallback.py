@@ -5,7 +5,7 @@ import torch
 
 from torch_neuron import fallback
 from torch_neuron.fallback import NeuronFallbackWarning
-from torch_neuron.ops.common import run_on_cpu
+from torch_neuron.ops.core.fallback import on_cpu
 
 # an op with no neuron kernel (the FFTs, complex results, take the CPU path by policy)
 OP, CALL = "_fft_r2c", torch.fft.rfft
@@ -66,10 +66,10 @@ def test_run_on_cpu_updates_in_place_and_out_arguments():
     a = torch.arange(4.0, dtype=torch.float64).to("neuron")
     with pytest.warns(NeuronFallbackWarning):
         b = a.clone()
-        assert run_on_cpu(torch.ops.aten.add_.Tensor, b, a) is b
+        assert on_cpu(torch.ops.aten.add_.Tensor, b, a) is b
         out = torch.empty(0, dtype=torch.float64, device="neuron")
-        assert run_on_cpu(torch.ops.aten.add.out, a, a, alpha=3, out=out) is out
-        values, indices = run_on_cpu(torch.ops.aten.max.dim, a, 0)
+        assert on_cpu(torch.ops.aten.add.out, a, a, alpha=3, out=out) is out
+        values, indices = on_cpu(torch.ops.aten.max.dim, a, 0)
     torch.testing.assert_close(b.cpu(), 2 * torch.arange(4.0, dtype=torch.float64))
     torch.testing.assert_close(out.cpu(), 4 * torch.arange(4.0, dtype=torch.float64))
     assert values.device.type == "neuron" and indices.item() == 3

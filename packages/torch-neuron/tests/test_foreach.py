@@ -59,7 +59,7 @@ def test_functional_matches_cpu(call, dtypes):
 
 @pytest.mark.parametrize("call", sorted(CALLS))
 def test_one_program_equals_the_per_tensor_kernels_exactly(call, monkeypatch):
-    from torch_neuron.ops import foreach
+    from torch_neuron.ops.foreach import foreach
 
     # float32: the per-tensor kernels round a bf16 list's intermediates (lerp's end - self) where one program
     # does not (torch's opmath); on float32 both compute the same operations

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_neuron.ops.linalg_factor_exp import linalg_matrix_exp
+from torch_neuron.ops.linalg.matrix_exp import linalg_matrix_exp
 
 DEV = "neuron"
 TOL = dict(rtol=1e-4, atol=1e-4)

@@ -260,7 +260,7 @@ def test_MaxPool2d_backward_trusts_only_its_own_unchanged_indices(monkeypatch):
     """The forward's own indices are inside their windows by construction: autograd's backward reads nothing back
     to the host. Indices changed in place since (a new version) or made elsewhere are counted on the host, and an
     out-of-window one written into the forward's own tensor still reaches its input position."""
-    from torch_neuron.ops import pooling_max
+    from torch_neuron.ops.pool import max as pooling_max
 
     reads = []
     monkeypatch.setattr(pooling_max, "to_host", lambda t: reads.append(t) or t.cpu())

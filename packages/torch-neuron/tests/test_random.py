@@ -290,7 +290,7 @@ def _random_calls():
 
 
 def test_values_do_not_depend_on_the_piece_size(monkeypatch):
-    from torch_neuron.ops import random as ops_random
+    from torch_neuron.ops.random import distributions as ops_random
 
     calls = _random_calls()
     torch.neuron.manual_seed(5)
@@ -310,7 +310,7 @@ def test_values_do_not_depend_on_the_piece_size(monkeypatch):
     lambda n: torch.randint(0, 10, (n,), device=DEV)], ids=[
     "randn", "randn-bf16", "rand", "uniform", "normal", "bernoulli", "randint-int8", "randint-int64"])
 def test_random_ops_need_the_output_plus_a_few_pieces_of_device_memory(monkeypatch, make):
-    from torch_neuron.ops import random as ops_random
+    from torch_neuron.ops.random import distributions as ops_random
 
     monkeypatch.setattr(ops_random, "TILE", 1 << 14)
     n = 1 << 18  # 16 pieces

@@ -377,7 +377,7 @@ def test_small_int_sums_beyond_int32_partials_are_exact(dtype):
 
 
 def test_int64_sum_out_empty_0d_and_bound():
-    from torch_neuron.ops import reduction_int64
+    from torch_neuron.ops.reduction import int64 as reduction_int64
 
     x = torch.tensor([[I64.max, 3], [I64.max, -7]])
     out = torch.empty(0, dtype=torch.int64, device=DEV)

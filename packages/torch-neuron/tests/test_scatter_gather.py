@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_neuron_testing.native import native
 
-from torch_neuron.ops import scatter_reduce as sr
+from torch_neuron.ops.indexing import scatter_reduce as sr
 
 DEV = "neuron"
 REDUCES = ["sum", "prod", "mean", "amax", "amin"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torch_neuron.ops import launch
+from torch_neuron.ops.core import launch
 
 MiB = 2**20
 # Host memory a soak may gain after its warm-up: the kernels' own program caches (16 signatures each), the

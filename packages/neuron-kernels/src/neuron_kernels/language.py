@@ -18,6 +18,7 @@ from .tracer import builder
 
 # -- dtypes and buffers --------------------------------------------------------------------------
 float32, bfloat16, float16 = DType.float32, DType.bfloat16, DType.float16
+COMPUTE_FLOATS = (float32, bfloat16, float16)  # the float dtypes the engines compute in
 float8_e4m3, float8_e4m3fn, float8_e5m2 = DType.float8_e4m3, DType.float8_e4m3fn, DType.float8_e5m2
 int8, uint8, int16, uint16 = DType.int8, DType.uint8, DType.int16, DType.uint16
 int32, uint32, int64, uint64 = DType.int32, DType.uint32, DType.int64, DType.uint64

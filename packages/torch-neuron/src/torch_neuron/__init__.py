@@ -49,7 +49,7 @@ from .memory import (  # noqa: E402
     reset_peak_memory_stats,
 )
 from .metrics import metrics, reset_metrics, top_ops  # noqa: E402
-from .ops.copy import host_alias  # noqa: E402
+from .ops.core.copy import host_alias  # noqa: E402
 from .random import (  # noqa: E402
     default_generator,
     get_rng_state,

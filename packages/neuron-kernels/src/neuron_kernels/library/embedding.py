@@ -30,7 +30,6 @@ from ..tensors import HBMTensor, View
 from ..tracer import builder
 
 _INDEX_DTYPES = (DType.int32, DType.uint32, DType.int64)
-_FLOATS = (nl.float32, nl.bfloat16, nl.float16)
 BLOCK_BYTES = 32 << 10  # bytes per partition of one gathered block (one store DMA)
 IDX_COLS = 2048  # index columns loaded per index DMA
 
@@ -178,7 +177,7 @@ def embedding_backward(grad, indices, num_weights, padding_idx=None, scale_grad_
     convention). ``scale_grad_by_freq`` divides each row's contribution by its index's count.
     """
     _check_indices("embedding_backward", indices)
-    if grad.dtype not in _FLOATS:
+    if grad.dtype not in nl.COMPUTE_FLOATS:
         raise KernelError(f"embedding_backward: grad is {grad.dtype}; use float32, bfloat16 or float16")
     n = math.prod(indices.shape)
     if tuple(grad.shape[:-1]) != tuple(indices.shape) or grad.ndim != indices.ndim + 1:

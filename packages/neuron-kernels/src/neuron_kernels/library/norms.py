@@ -43,7 +43,6 @@ from ..tensors import HBMTensor, View
 from ..tracer import builder
 
 ACT, VEC, POOL = nisa.scalar_engine, nisa.vector_engine, nisa.gpsimd_engine
-_FLOATS = (nl.float32, nl.bfloat16, nl.float16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,7 +64,7 @@ def _scratch(shape, dtype, name: str) -> View:
 
 
 def _check_float(name: str, t: View | None) -> None:
-    if t is not None and t.dtype not in _FLOATS:
+    if t is not None and t.dtype not in nl.COMPUTE_FLOATS:
         raise KernelError(f"{name} is {t.dtype}; normalization kernels take float32, bfloat16 or float16")
 
 
@@ -872,7 +871,7 @@ def _grad_epilogue(name: str, x: View, mask, residual: View | None, cast_dtype):
     if cast_dtype is None:
         return None
     cdt = DType.of(cast_dtype)
-    if cdt not in _FLOATS:
+    if cdt not in nl.COMPUTE_FLOATS:
         raise KernelError(f"{name}: cast_dtype is {cdt}; it must be float32, bfloat16 or float16")
     return cdt
 

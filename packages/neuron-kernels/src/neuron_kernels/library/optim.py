@@ -36,8 +36,6 @@ from ..jit import kernel
 from ..tensors import View
 from .norms import ACT, POOL, VEC, _bcast_rows, _Engines, _pipeline, _scale_shift
 
-_FLOATS = (nl.float32, nl.bfloat16, nl.float16)
-
 # hyper layouts (float32 vectors): index of each scalar
 ADAM_FIELDS = ("lr", "beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "sqrt_one_minus_beta2",
                "weight_decay_factor", "inv_bias_correction2", "eps", "neg_step_size")
@@ -211,7 +209,7 @@ def _check_lists(kind: str, lists: dict) -> list[int]:
     for i, p in enumerate(params):
         for name, ts in lists.items():
             t = ts[i]
-            if t.dtype not in _FLOATS:
+            if t.dtype not in nl.COMPUTE_FLOATS:
                 raise KernelError(f"{kind}: {name}{i} is {t.dtype}; use float32, bfloat16 or float16")
             if tuple(t.shape) != tuple(p.shape):
                 raise KernelError(f"{kind}: {name}{i} shape {list(t.shape)} differs from param{i} {list(p.shape)}")

@@ -69,7 +69,7 @@ __all__ = ["sort", "max_row", "key_digits", "network", "geometry", "Geometry"]
 F32, I32, I64, U8 = DType.float32, DType.int32, DType.int64, DType.uint8
 INF = float("inf")
 INT_SENTINEL = float(1 << 24)  # above every integer digit (the top digit is 24-bit signed)
-FLOAT_KEYS = (DType.float32, DType.bfloat16, DType.float16)
+FLOAT_KEYS = nl.COMPUTE_FLOATS
 SMALL_INTS = (DType.bool_, DType.uint8, DType.int8, DType.int16)
 MIN_SEGMENT = 64  # shortest per-partition share of a row spread across partitions (DMA runs of >= 256 bytes)
 ALIGN_SLACK = 4096  # SBUF bytes per partition left to the allocator's alignment and the flag columns

@@ -39,14 +39,16 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from ..ops import attention, linalg, normalization
+from ..ops.attention import sdpa as attention
+from ..ops.core.dtypes import FLOATS
+from ..ops.linalg import matmul as linalg
+from ..ops.normalization import norms as normalization
 from .graph_io import fake_tensor
 from .patterns import only_user
 
 aten = torch.ops.aten
 _VIEWS = frozenset({aten.t.default, aten.transpose.int, aten.permute.default, aten.reshape.default,
                     aten.view.default, aten._unsafe_view.default})
-_FLOATS = frozenset({torch.float32, torch.bfloat16, torch.float16})
 
 
 class MatmulTo:
@@ -111,7 +113,7 @@ def _cast_dtype(node: fx.Node) -> torch.dtype | None:
     src, kw = node.args[0], node.kwargs
     value = src.meta.get("val") if isinstance(src, fx.Node) else None
     dtype = kw.get("dtype")
-    if not isinstance(value, torch.Tensor) or value.dtype not in _FLOATS or dtype not in _FLOATS:
+    if not isinstance(value, torch.Tensor) or value.dtype not in FLOATS or dtype not in FLOATS:
         return None
     same = (set(kw) <= {"dtype", "layout", "device", "memory_format"} and kw.get("layout") in (None, torch.strided)
             and kw.get("device") in (None, value.device)
@@ -193,11 +195,11 @@ def _residual_match(node: fx.Node):
     if node.op != "call_function" or node.target is not aten.add.Tensor or node.kwargs.get("alpha", 1) != 1:
         return None
     value = node.meta.get("val")
-    if not isinstance(value, torch.Tensor) or value.dtype not in _FLOATS or len(node.args) != 2:
+    if not isinstance(value, torch.Tensor) or value.dtype not in FLOATS or len(node.args) != 2:
         return None
     for residual, src in (node.args, node.args[::-1]):
         rv = residual.meta.get("val") if isinstance(residual, fx.Node) else None
-        if not isinstance(rv, torch.Tensor) or rv.shape != value.shape or rv.dtype not in _FLOATS:
+        if not isinstance(rv, torch.Tensor) or rv.shape != value.shape or rv.dtype not in FLOATS:
             continue
         chain, user = [], node
         while (_is_call(src, _RESHAPES) or _is_plain_clone(src)) and only_user(src) is user:
@@ -283,7 +285,7 @@ def _norm_grad_match(node: fx.Node, order: dict):
         return None
     dx = items[0]
     value = dx.meta.get("val")
-    if not isinstance(value, torch.Tensor) or value.dtype not in _FLOATS:
+    if not isinstance(value, torch.Tensor) or value.dtype not in FLOATS:
         return None
     add, residual = None, None
     user = only_user(dx)

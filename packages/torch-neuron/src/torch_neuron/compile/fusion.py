@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from ..ops.pointwise_expr import MAX_GRAPH_INPUTS, Expr
+from neuron_kernels.library.formula import MAX_GRAPH_INPUTS, Expr
+
 from .lowering import VALUE_DTYPES, lower
 
 

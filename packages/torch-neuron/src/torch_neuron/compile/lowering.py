@@ -1,4 +1,4 @@
-"""Elementwise aten ops of a graph as formula nodes (``ops.pointwise_expr.Expr``).
+"""Elementwise aten ops of a graph as formula nodes (``ops.pointwise.expr.Expr``).
 
 A fused region evaluates its ops in FP32 on each tile and rounds only the values it hands out (Inductor
 does the same); an explicit dtype conversion inside the region (autocast's casts) is kept as a rounding.
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.pointwise_expr import Expr, act, rounded, where
+from neuron_kernels.library.formula import Expr, act, where
+
+from ..ops.core.dtypes import FLOATS
+from ..ops.pointwise.expr import rounded
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 VALUE_DTYPES = (*FLOATS, torch.bool)
 
 

@@ -15,10 +15,10 @@ import weakref
 import torch
 import torch.fx as fx
 
+from neuron_kernels.library.formula import Expr, foreach_formula, graph_formula
 from neuron_kernels.lru import LRU
 
-from ..ops.launch import CACHE_ENTRIES, execute, prepared, recall
-from ..ops.pointwise_expr import Expr, foreach_formula, graph_formula
+from ..ops.core.launch import CACHE_ENTRIES, execute, prepared, recall
 from .lowering import lower
 
 log = logging.getLogger("torch_neuron.compile")

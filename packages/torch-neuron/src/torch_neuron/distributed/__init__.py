@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..metrics import record_native
-from ..ops.copy import host_alias, to_host
+from ..ops.core.copy import host_alias, to_host
 from ..runtime import runtime
 from .cost import collective_ns
 

@@ -1,26 +1,25 @@
 """aten ops on the neuron device, each as neuron-kernels programs through the HAL.
 
-Every module of this package registers its ops when imported (``@registry.impl`` decorators, or a
-``register(lib)`` function); then ops without a kernel that PyTorch can decompose run the decomposition
-on the device (``decomp``); the rest take the loud CPU fallback.
+``core`` holds the machinery (launches, registration, checks, variants, the CPU fallback, copies, decompositions);
+every other package is one op family and registers its ops in its ``register(lib)``. Then ops without a kernel
+that PyTorch can decompose run the decomposition on the device (``core.decomp``); the rest take the loud CPU
+fallback.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
-from . import decomp, registry
+from .core import decomp, registry
 
-_INFRA = {"registry", "launch", "common", "decomp"}
+FAMILIES = (
+    'core', 'attention', 'conv', 'creation', 'embedding', 'foreach', 'indexing', 'linalg', 'loss',
+    'normalization', 'pointwise', 'pool', 'random', 'reduction', 'resample', 'rnn', 'sorting', 'tensor',
+)
 
 
 def register() -> None:
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in _INFRA:
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(module, "register"):
-            module.register(registry.LIB)
+    for family in FAMILIES:
+        importlib.import_module(f"{__name__}.{family}").register(registry.LIB)
     # last: PyTorch's decompositions for the ops that are still without a kernel
     decomp.DECOMPOSED[:] = decomp.register()
